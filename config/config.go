@@ -1,0 +1,259 @@
+// Package config holds a node's expectations and limits: what the checks
+// compare against. Every field is optional; without an expectation a check
+// judges what it can (GPUs against each other, ports against their siblings)
+// and does not invent limits.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fleetcheck/fleetcheck/compat"
+)
+
+// Config is the checks' configuration (`--config FILE` for run/analyze, the
+// `checks:` section of an agent's config).
+type Config struct {
+	Expect     Expect         `yaml:"expect"`
+	Limits     Limits         `yaml:"limits"`
+	Xid        XidConfig      `yaml:"xid"`
+	NCCL       NCCLConfig     `yaml:"nccl"`
+	Processes  ProcessConfig  `yaml:"processes"`
+	PeerMem    PeerMemConfig  `yaml:"peermem"`
+	Matrix     *compat.Matrix `yaml:"matrix"`      // inline compatibility matrix
+	MatrixFile string         `yaml:"matrix_file"` // or a path to one (relative to the config file)
+	Tools      Tools          `yaml:"tools"`
+}
+
+// Expect is the node's expected shape. Zero values mean "no expectation".
+type Expect struct {
+	GPUCount   int     `yaml:"gpu_count"`
+	GPUModel   string  `yaml:"gpu_model"` // substring of the product name, e.g. "H100"
+	IBPorts    int     `yaml:"ib_ports"`  // InfiniBand ports expected ACTIVE
+	IBRateGbps float64 `yaml:"ib_rate_gbps"`
+	// NVSwitch says whether the node has an NVSwitch fabric (gpu.fabric then
+	// requires Fabric Manager); nil means "judge from the GPUs".
+	NVSwitch *bool `yaml:"nvswitch"`
+
+	ECCEnabled      *bool  `yaml:"ecc_enabled"`
+	PersistenceMode *bool  `yaml:"persistence_mode"`
+	MIGEnabled      *bool  `yaml:"mig_enabled"`
+	ComputeMode     string `yaml:"compute_mode"` // "Default", "Exclusive_Process"
+}
+
+// Limits are numeric thresholds. Defaults come from Defaults().
+type Limits struct {
+	// GPUTempWarnC warns above this core temperature (DOMAIN: sustained > 85 °C).
+	GPUTempWarnC float64 `yaml:"gpu_temp_warn_c"`
+	// GPUTempFailC fails above this; 0 means "the GPU's own slowdown threshold".
+	GPUTempFailC float64 `yaml:"gpu_temp_fail_c"`
+	// MemoryTempFailC fails above this HBM temperature; 0 means no limit.
+	MemoryTempFailC float64 `yaml:"memory_temp_fail_c"`
+	// RetiredPagesMax fails when retired pages (single + double bit) exceed it.
+	RetiredPagesMax uint64 `yaml:"retired_pages_max"`
+	// IBCounterRise maps an IB error counter to the largest rise allowed
+	// between two runs; a larger rise fails. Counters not listed are not judged.
+	IBCounterRise map[string]uint64 `yaml:"ib_counter_rise"`
+	// IBCounterTotal maps a counter to the largest lifetime value allowed when
+	// there is no previous run; absent means lifetime totals are not judged
+	// (healthy long-running ports are rarely at zero).
+	IBCounterTotal map[string]uint64 `yaml:"ib_counter_total"`
+	// NVLinkErrorRise is the largest rise of an NVLink error counter between runs.
+	NVLinkErrorRise uint64 `yaml:"nvlink_error_rise"`
+}
+
+// XidConfig tunes gpu.xid.
+type XidConfig struct {
+	Lookback Duration `yaml:"lookback"`
+	// Overrides maps an Xid to an action (none, monitor, restart_app,
+	// reset_gpu, reboot, drain, replace, reseat), replacing the catalog's.
+	Overrides map[int]string `yaml:"overrides"`
+	// Ignore lists Xids never reported.
+	Ignore []int `yaml:"ignore"`
+}
+
+// NCCLConfig tunes nccl.allreduce.
+type NCCLConfig struct {
+	// MinBusBWGbps fails when busbw at the largest size is below it (GB/s).
+	MinBusBWGBps float64 `yaml:"min_busbw_gbps"`
+	// BaselineGBps is a reference busbw; deviation beyond MaxDeviation fails.
+	BaselineGBps float64 `yaml:"baseline_gbps"`
+	MaxDeviation float64 `yaml:"max_deviation"`
+	// ExpectTransport is "IB" when multi-node runs must use InfiniBand; a
+	// NET/Socket fallback then fails.
+	ExpectTransport string `yaml:"expect_transport"`
+}
+
+// ProcessConfig tunes gpu.processes.
+type ProcessConfig struct {
+	// ExpectIdle says no workload should hold GPU memory (a drained or idle
+	// node): any process holding memory is a ghost.
+	ExpectIdle bool `yaml:"expect_idle"`
+	// Allowed lists process names that may hold GPU memory on an idle node
+	// (monitoring agents, the DCGM host engine).
+	Allowed []string `yaml:"allowed"`
+}
+
+// PeerMemConfig tunes gpu.peermem.
+type PeerMemConfig struct {
+	// Required: nil = required when the node has IB HCAs; false turns the check off.
+	Required *bool `yaml:"required"`
+}
+
+// Tools says how a live host runs its tools.
+type Tools struct {
+	NvidiaSMI     string   `yaml:"nvidia_smi"`      // path, default "nvidia-smi"
+	Dmesg         string   `yaml:"dmesg"`           // default "dmesg"
+	DCGMI         string   `yaml:"dcgmi"`           // default "dcgmi"
+	DCGMLevel     int      `yaml:"dcgm_level"`      // default 1
+	AllReducePerf string   `yaml:"all_reduce_perf"` // default "all_reduce_perf"
+	AllReduceArgs []string `yaml:"all_reduce_args"` // default -b 8 -e 8G -f 2 -g <gpus>
+	// Launcher is an optional prefix such as ["mpirun", "-np", "8"].
+	Launcher    []string `yaml:"launcher"`
+	Timeout     Duration `yaml:"timeout"`      // per passive tool, default 30s
+	NCCLTimeout Duration `yaml:"nccl_timeout"` // default 10m
+	DCGMTimeout Duration `yaml:"dcgm_timeout"` // default 15m
+	// UseNVML prefers NVML over nvidia-smi when the library loads (default true).
+	UseNVML *bool `yaml:"use_nvml"`
+}
+
+// Duration is a time.Duration that reads "30s" / "24h" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: bad duration %q: %w", n.Line, s, err)
+	}
+	if v < 0 {
+		return fmt.Errorf("line %d: negative duration %q", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns the duration, or def when unset.
+func (d Duration) D(def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return time.Duration(d)
+}
+
+// Defaults returns a Config with the default limits and no expectations.
+func Defaults() *Config {
+	return &Config{
+		Limits: Limits{
+			GPUTempWarnC:    85,
+			RetiredPagesMax: 60,
+			IBCounterRise: map[string]uint64{
+				"symbol_error":                    10,
+				"link_downed":                     0,
+				"link_error_recovery":             0,
+				"port_rcv_errors":                 10,
+				"port_rcv_remote_physical_errors": 10,
+				"local_link_integrity_errors":     0,
+				"excessive_buffer_overrun_errors": 10,
+			},
+		},
+		Xid:  XidConfig{Lookback: Duration(24 * time.Hour)},
+		NCCL: NCCLConfig{MaxDeviation: 0.30},
+	}
+}
+
+// ErrInvalid wraps every validation error.
+var ErrInvalid = errors.New("invalid config")
+
+// Parse reads a YAML config over the defaults and validates it. Unknown keys
+// are errors: a misspelled limit must not silently fall back to a default.
+func Parse(data []byte) (*Config, error) {
+	c := Defaults()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	// An empty file (io.EOF) is a valid config: all defaults.
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Load reads a config file; a matrix_file is resolved relative to it.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if c.MatrixFile != "" && c.Matrix == nil {
+		p := c.MatrixFile
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(path), p)
+		}
+		m, err := compat.Load(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: matrix_file: %w", path, err)
+		}
+		c.Matrix = m
+	}
+	return c, nil
+}
+
+// Validate checks ranges that YAML types cannot.
+func (c *Config) Validate() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrInvalid}, a...)...) }
+	if c.Expect.GPUCount < 0 {
+		return bad("expect.gpu_count must be >= 0")
+	}
+	if c.Expect.IBRateGbps < 0 || c.Expect.IBPorts < 0 {
+		return bad("expect.ib_rate_gbps and expect.ib_ports must be >= 0")
+	}
+	if c.NCCL.MaxDeviation < 0 || c.NCCL.MaxDeviation >= 1 {
+		return bad("nccl.max_deviation must be in [0, 1)")
+	}
+	if c.NCCL.MinBusBWGBps < 0 || c.NCCL.BaselineGBps < 0 {
+		return bad("nccl bandwidths must be >= 0")
+	}
+	switch c.NCCL.ExpectTransport {
+	case "", "IB", "Socket":
+	default:
+		return bad("nccl.expect_transport must be IB or Socket, not %q", c.NCCL.ExpectTransport)
+	}
+	for x, a := range c.Xid.Overrides {
+		if !validAction(a) {
+			return bad("xid.overrides[%d]: unknown action %q", x, a)
+		}
+	}
+	if c.Tools.DCGMLevel < 0 || c.Tools.DCGMLevel > 4 {
+		return bad("tools.dcgm_level must be 1..4")
+	}
+	return nil
+}
+
+func validAction(a string) bool {
+	switch a {
+	case "none", "monitor", "restart_app", "reset_gpu", "reboot", "drain", "replace", "reseat":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,215 @@
+// Package report defines the node report: check statuses, findings and
+// metrics, in the JSON shape DESIGN.md fixes, and how a node's status is
+// derived from its checks.
+package report
+
+import (
+	"math"
+	"sort"
+)
+
+// Status is a check's or a report's outcome.
+type Status string
+
+const (
+	Pass  Status = "pass"
+	Warn  Status = "warn"
+	Fail  Status = "fail"
+	Error Status = "error" // the check could not decide
+	Skip  Status = "skip"  // not applicable, or its source is absent
+)
+
+// rank orders statuses for "worst of": fail > error > warn > pass; skip counts for nothing.
+func rank(s Status) int {
+	switch s {
+	case Fail:
+		return 4
+	case Error:
+		return 3
+	case Warn:
+		return 2
+	case Pass:
+		return 1
+	default:
+		return 0
+	}
+}
+
+// Worse returns the worse of two statuses.
+func Worse(a, b Status) Status {
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
+}
+
+// Severity is a finding's weight.
+type Severity string
+
+const (
+	SevWarn Severity = "warn"
+	SevFail Severity = "fail"
+)
+
+// Action is what an operator should do about a finding.
+type Action string
+
+const (
+	ActionNone       Action = "none"
+	ActionMonitor    Action = "monitor"
+	ActionRestartApp Action = "restart_app"
+	ActionResetGPU   Action = "reset_gpu"
+	ActionReboot     Action = "reboot"
+	ActionDrain      Action = "drain"
+	ActionReplace    Action = "replace"
+	ActionReseat     Action = "reseat"
+)
+
+// Finding is one thing a check found wrong.
+type Finding struct {
+	Severity  Severity `json:"severity"`
+	Component string   `json:"component"` // GPU3, mlx5_4/1, node
+	PCIBusID  string   `json:"pci_bus_id,omitempty"`
+	Code      string   `json:"code"`
+	Message   string   `json:"message"`
+	Action    Action   `json:"action"`
+}
+
+// CheckResult is one check's outcome.
+type CheckResult struct {
+	Name       string             `json:"name"`
+	Status     Status             `json:"status"`
+	DurationMS float64            `json:"duration_ms"`
+	Reason     string             `json:"reason,omitempty"`
+	Findings   []Finding          `json:"findings"`
+	Metrics    map[string]float64 `json:"metrics,omitempty"`
+}
+
+// Inventory describes the node's hardware and software.
+type Inventory struct {
+	DriverVersion        string `json:"driver_version"`
+	CUDAVersion          string `json:"cuda_version"`
+	Kernel               string `json:"kernel"`
+	FabricManagerVersion string `json:"fabric_manager_version"`
+	RDMAStack            string `json:"rdma_stack"`
+	GPUs                 []GPU  `json:"gpus"`
+	HCAs                 []HCA  `json:"hcas"`
+}
+
+// GPU is one GPU's identity.
+type GPU struct {
+	Index          int    `json:"index"`
+	Name           string `json:"name"`
+	UUID           string `json:"uuid"`
+	PCIBusID       string `json:"pci_bus_id"`
+	Serial         string `json:"serial"`
+	VBIOSVersion   string `json:"vbios_version"`
+	MemoryTotalMiB uint64 `json:"memory_total_mib"`
+}
+
+// HCA is one adapter's identity and ports.
+type HCA struct {
+	Name      string `json:"name"`
+	Model     string `json:"model"`
+	FWVersion string `json:"fw_version"`
+	Ports     []Port `json:"ports"`
+}
+
+// Port is one HCA port.
+type Port struct {
+	Port      int     `json:"port"`
+	State     string  `json:"state"`
+	PhysState string  `json:"phys_state"`
+	RateGbps  float64 `json:"rate_gbps"`
+	LinkLayer string  `json:"link_layer"`
+}
+
+// Report is one node's report.
+type Report struct {
+	Node        string        `json:"node"`
+	Status      Status        `json:"status"`
+	CollectedAt string        `json:"collected_at,omitempty"`
+	Inventory   Inventory     `json:"inventory"`
+	Checks      []CheckResult `json:"checks"`
+}
+
+// Summarize sets the report's status to the worst of its checks and
+// removes metric values that are not finite (JSON cannot carry them and the
+// contract forbids them).
+func (r *Report) Summarize() {
+	st := Status("")
+	for i := range r.Checks {
+		c := &r.Checks[i]
+		for k, v := range c.Metrics {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				delete(c.Metrics, k)
+			}
+		}
+		if c.Findings == nil {
+			c.Findings = []Finding{}
+		}
+		st = Worse(st, c.Status)
+	}
+	if st == "" {
+		st = Pass
+	}
+	r.Status = st
+}
+
+// Failed reports whether any check failed or errored: the exit-status rule.
+func (r *Report) Failed() bool {
+	for _, c := range r.Checks {
+		if c.Status == Fail || c.Status == Error {
+			return true
+		}
+	}
+	return false
+}
+
+// Check returns the named check's result, or nil.
+func (r *Report) Check(name string) *CheckResult {
+	for i := range r.Checks {
+		if r.Checks[i].Name == name {
+			return &r.Checks[i]
+		}
+	}
+	return nil
+}
+
+// SortFindings orders findings worst first, then by component, so output is stable.
+func SortFindings(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		if fs[i].Severity != fs[j].Severity {
+			return fs[i].Severity == SevFail
+		}
+		if fs[i].Component != fs[j].Component {
+			return componentLess(fs[i].Component, fs[j].Component)
+		}
+		return fs[i].Code < fs[j].Code
+	})
+}
+
+// componentLess sorts GPU2 before GPU10.
+func componentLess(a, b string) bool {
+	na, pa := splitNum(a)
+	nb, pb := splitNum(b)
+	if pa == pb && na >= 0 && nb >= 0 {
+		return na < nb
+	}
+	return a < b
+}
+
+func splitNum(s string) (int, string) {
+	i := len(s)
+	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+		i--
+	}
+	if i == len(s) || len(s)-i > 9 {
+		return -1, s
+	}
+	n := 0
+	for _, c := range s[i:] {
+		n = n*10 + int(c-'0')
+	}
+	return n, s[:i]
+}
