@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -187,7 +188,18 @@ func Parse(data []byte) (*Config, error) {
 	dec.KnownFields(true)
 	// An empty file (io.EOF) is a valid config: all defaults.
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	// A second document would be ignored silently: refuse it.
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, fmt.Errorf("%w: line %d: more than one YAML document", ErrInvalid, extra.Line)
+	} else if !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	// Checked here, not in Validate: Load fills Matrix from MatrixFile.
+	if c.Matrix != nil && c.MatrixFile != "" {
+		return nil, fmt.Errorf("%w: set matrix or matrix_file, not both", ErrInvalid)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -222,6 +234,24 @@ func Load(path string) (*Config, error) {
 // Validate checks ranges that YAML types cannot.
 func (c *Config) Validate() error {
 	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrInvalid}, a...)...) }
+	// YAML accepts .nan and .inf; a NaN limit makes every comparison false,
+	// so the check it tunes would never fire.
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"expect.ib_rate_gbps", c.Expect.IBRateGbps},
+		{"limits.gpu_temp_warn_c", c.Limits.GPUTempWarnC},
+		{"limits.gpu_temp_fail_c", c.Limits.GPUTempFailC},
+		{"limits.memory_temp_fail_c", c.Limits.MemoryTempFailC},
+		{"nccl.min_busbw_gbps", c.NCCL.MinBusBWGBps},
+		{"nccl.baseline_gbps", c.NCCL.BaselineGBps},
+		{"nccl.max_deviation", c.NCCL.MaxDeviation},
+	} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+			return bad("%s must be a finite number >= 0, not %v", f.name, f.v)
+		}
+	}
 	if c.Expect.GPUCount < 0 {
 		return bad("expect.gpu_count must be >= 0")
 	}
@@ -245,7 +275,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Tools.DCGMLevel < 0 || c.Tools.DCGMLevel > 4 {
-		return bad("tools.dcgm_level must be 1..4")
+		return bad("tools.dcgm_level must be 1..4 (0 means the default, 1)")
 	}
 	return nil
 }

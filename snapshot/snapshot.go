@@ -119,6 +119,10 @@ type GPUState struct {
 	// len(GPUs) with MIG or masked devices.
 	AttachedGPUs int
 	GPUs         []GPU
+	// Errors lists queries that failed for a reason other than "not
+	// supported" (NVML returning GPU_IS_LOST, UNKNOWN...), each naming the
+	// GPU and the call. The rest of the state is still valid.
+	Errors []string `json:",omitempty"`
 }
 
 // GPU is one physical GPU. Pointer fields are nil when the value is not
@@ -401,4 +405,7 @@ type DCGMTest struct {
 	EntityID int    // GPU index; -1 for system-wide
 	Status   string // "Pass", "Fail", "Warn", "Skip", "Not Run"
 	Warnings []string
+	// EntityGroup is DCGM 4's entity_group ("GPU", "CPU", ...): EntityID
+	// is a GPU index only when it is "GPU" or empty (DCGM 3.x is GPU-only).
+	EntityGroup string `json:",omitempty"`
 }

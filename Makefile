@@ -1,0 +1,56 @@
+# fleetcheck — see README.md. `make help` lists the targets.
+GO        ?= go
+BIN       := bin/fleetcheck
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+# Pinned protobuf toolchain (protoc itself is Debian's protobuf-compiler 3.21.12).
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GOBIN_DIR := $(CURDIR)/bin/tools
+FUZZTIME  ?= 60s
+
+.PHONY: help build test test-short bench demo proto proto-check lint fuzz clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+build: ## build bin/fleetcheck
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/fleetcheck
+
+test: ## run the test suite with the race detector (no GPU, network or root needed)
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+test-short: ## tests without the race detector
+	$(GO) test -count=1 ./...
+
+bench: ## benchmarks: analyze of an 8-GPU bundle and each parser
+	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/...
+
+demo: build ## the main job on the embedded default
+	./scripts/demo.sh
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
+	$(GO) vet ./...
+
+fuzz: ## fuzz every parser for FUZZTIME each (default 60s)
+	./scripts/fuzz.sh $(FUZZTIME)
+
+clean:
+	rm -rf bin
+
+$(GOBIN_DIR)/protoc-gen-go:
+	GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(GOBIN_DIR)/protoc-gen-go-grpc:
+	GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+proto: $(GOBIN_DIR)/protoc-gen-go $(GOBIN_DIR)/protoc-gen-go-grpc ## regenerate proto/ Go code with the pinned tools
+	PATH=$(GOBIN_DIR):$$PATH protoc -I proto \
+	  --go_out=proto --go_opt=paths=source_relative \
+	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
+	  proto/fleetcheck/v1/fleetcheck.proto
+
+proto-check: proto ## fail when regeneration would change a committed file
+	git diff --exit-code -- proto/

@@ -1,0 +1,83 @@
+// Package campaign holds what every campaign (sweep, rollout, burn-in,
+// drill) needs from the rest of the system, as small interfaces: the fleet
+// (nodes, running checks and actions on agents), a clock that can be
+// virtual, node reservations and a circuit breaker on draining. Campaign
+// packages code against these; the coordinator implements Fleet over its
+// agent streams, and the simulator implements it in-process on a virtual
+// clock for tests and benchmarks.
+package campaign
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/report"
+)
+
+// Node is what a campaign knows of one node.
+type Node struct {
+	Name      string
+	Labels    map[string]string
+	State     string // initializing|healthy|degraded|failed|unreachable|draining|drained
+	Activity  string // busy|idle|drained (the agent says)
+	Connected bool
+	Inventory report.Inventory
+}
+
+// RunOptions bound one request to an agent.
+type RunOptions struct {
+	Timeout time.Duration
+	// Params are bounded, named parameters the agent validates (e.g.
+	// "min_bytes"); never commands.
+	Params map[string]string
+}
+
+// ActionResult is the outcome of an agent action (upgrade, rollback,
+// fault inject/revert). Actions are named in the agent's config; the
+// coordinator only sends the name and validated parameters.
+type ActionResult struct {
+	OK      bool
+	Message string
+	// Output is a bounded excerpt of what the action printed.
+	Output string
+}
+
+// Fleet is the coordinator as campaigns see it.
+type Fleet interface {
+	// Nodes lists nodes matching a label selector ("" = all).
+	Nodes(ctx context.Context, selector string) ([]Node, error)
+	// RunChecks runs named checks on one node and returns its report.
+	RunChecks(ctx context.Context, node string, checks []string, opts RunOptions) (*report.Report, error)
+	// RunMulti runs a multi-node check (nccl.allreduce across nodes): the
+	// first node launches the command its agent config defines with the
+	// validated node names filled in, the others take part. It returns the
+	// launcher's report; each participant's side is stored as its result.
+	RunMulti(ctx context.Context, nodes []string, check string, opts RunOptions) (*report.Report, error)
+	// RunAction runs an agent-configured action by name.
+	RunAction(ctx context.Context, node, action string, params map[string]string, opts RunOptions) (ActionResult, error)
+}
+
+// Errors a Fleet returns, tested with errors.Is.
+var (
+	ErrUnreachable = errors.New("node unreachable")
+	ErrRefused     = errors.New("agent refused")
+	ErrTimeout     = errors.New("timed out")
+)
+
+// Clock is time as a campaign sees it: the wall clock in production, a
+// virtual clock in the simulator so simulated hours take milliseconds.
+type Clock interface {
+	Now() time.Time
+	// After fires once d has passed on this clock.
+	After(d time.Duration) <-chan time.Time
+}
+
+// WallClock is the real clock.
+type WallClock struct{}
+
+// Now is time.Now.
+func (WallClock) Now() time.Time { return time.Now() }
+
+// After is time.After.
+func (WallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

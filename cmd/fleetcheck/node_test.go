@@ -1,0 +1,144 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fleetcheck/fleetcheck/report"
+)
+
+// exitCode mirrors main's mapping from a command error to an exit status.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errChecksFailed):
+		return exitChecks
+	default:
+		return exitCommand
+	}
+}
+
+func execute(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err != nil && !errors.Is(err, errChecksFailed) {
+		out.WriteString("error: " + err.Error())
+	}
+	return out.String(), exitCode(err)
+}
+
+const examples = "../../examples"
+
+func TestAnalyzeExitCodes(t *testing.T) {
+	cfg := filepath.Join(examples, "node-config.yaml")
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"healthy", []string{"analyze", "--config", cfg, filepath.Join(examples, "bundles/h100-healthy")}, 0, "node h100-healthy: PASS"},
+		{"broken", []string{"analyze", "--config", cfg, filepath.Join(examples, "bundles/h100-xid79-ecc")}, 1, "GPU_MISSING_FROM_DRIVER"},
+		{"missing bundle", []string{"analyze", "/nonexistent/bundle"}, 2, "no such file"},
+		{"bad output flag", []string{"analyze", "-o", "yaml", filepath.Join(examples, "bundles/h100-healthy")}, 2, "-o must be table or json"},
+		{"unknown check", []string{"analyze", "--checks", "gpu.nope", filepath.Join(examples, "bundles/h100-healthy")}, 2, `unknown check "gpu.nope"`},
+		{"bad config", []string{"analyze", "--config", "/nonexistent.yaml", filepath.Join(examples, "bundles/h100-healthy")}, 2, "read config"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := execute(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; output:\n%s", code, tc.code, out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+func TestAnalyzeHostileBundleExits2(t *testing.T) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	if err := tw.WriteHeader(&tar.Header{Name: "../../etc/evil", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte("x"))
+	tw.Close()
+	gz.Close()
+	p := filepath.Join(t.TempDir(), "evil.tar.gz")
+	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := execute(t, "analyze", p)
+	if code != 2 || !strings.Contains(out, "hostile bundle") {
+		t.Fatalf("exit %d, output %q; want 2 and a hostile-bundle reason", code, out)
+	}
+}
+
+func TestAnalyzeJSONShape(t *testing.T) {
+	out, code := execute(t, "analyze", "-o", "json", "--checks", "gpu.ecc,ib.ports", filepath.Join(examples, "bundles/h100-ibdown-pcie"))
+	if code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	var r report.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if r.Status != report.Fail || len(r.Checks) != 2 || r.Checks[1].Name != "ib.ports" {
+		t.Fatalf("report %+v", r)
+	}
+	if len(r.Inventory.GPUs) != 8 || len(r.Inventory.HCAs) == 0 {
+		t.Errorf("inventory: %d GPUs, %d HCAs", len(r.Inventory.GPUs), len(r.Inventory.HCAs))
+	}
+}
+
+// TestRunWithoutHardware is CI's situation: no GPU, no HCA. Every GPU and
+// IB check skips with its reason; nothing crashes or hangs.
+func TestRunWithoutHardware(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	// Point the tools at names that cannot exist, so the test does not
+	// depend on what this machine has installed.
+	os.WriteFile(cfg, []byte("tools:\n  nvidia_smi: /nonexistent/nvidia-smi\n  dmesg: /nonexistent/dmesg\n  use_nvml: false\n"), 0o644)
+	out, code := execute(t, "run", "--root", dir, "--config", cfg, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	var r report.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	for _, c := range r.Checks {
+		if strings.HasPrefix(c.Name, "gpu.") || strings.HasPrefix(c.Name, "ib.") {
+			if c.Status != report.Skip || c.Reason == "" {
+				t.Errorf("%s: %s %q, want skip with a reason", c.Name, c.Status, c.Reason)
+			}
+		}
+		if c.Name == "nccl.allreduce" || c.Name == "dcgm.diag" {
+			t.Errorf("disruptive check %s ran without --disruptive", c.Name)
+		}
+	}
+	ib := r.Check("ib.ports")
+	if ib == nil || ib.Reason != "no /sys/class/infiniband" {
+		t.Errorf("ib.ports reason: %+v", ib)
+	}
+	inv := r.Check("gpu.inventory")
+	if inv == nil || !strings.Contains(inv.Reason, "nvidia-smi not found") {
+		t.Errorf("gpu.inventory reason: %+v", inv)
+	}
+}

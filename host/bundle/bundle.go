@@ -1,0 +1,285 @@
+// Package bundle reads a support bundle (format version 1, DESIGN.md): a
+// directory, or the same packed as .tar.gz. A bundle is untrusted input: a
+// packed one is unpacked into memory with its paths, entry types and sizes
+// checked, and anything hostile is refused with ErrHostile.
+package bundle
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/snapshot"
+)
+
+// FormatVersion is the bundle format this package reads and writes.
+const FormatVersion = 1
+
+// ManifestFile is the manifest's name at the bundle root.
+const ManifestFile = "manifest.json"
+
+// Manifest is manifest.json.
+type Manifest struct {
+	Format            int                                      `json:"format"`
+	Hostname          string                                   `json:"hostname"`
+	CollectedAt       string                                   `json:"collected_at"`
+	FleetcheckVersion string                                   `json:"fleetcheck_version"`
+	Sources           map[snapshot.Source]snapshot.SourceState `json:"sources"`
+}
+
+// Limits bound what a packed bundle may unpack to.
+type Limits struct {
+	MaxTotalBytes int64 // sum of file sizes
+	MaxFileBytes  int64
+	MaxEntries    int
+}
+
+// DefaultLimits fit a real node's bundle (a large dmesg, all of sysfs for
+// the GPUs and HCAs) with room to spare.
+var DefaultLimits = Limits{MaxTotalBytes: 512 << 20, MaxFileBytes: 256 << 20, MaxEntries: 200000}
+
+var (
+	// ErrHostile marks a bundle refused for safety: path escapes, links,
+	// devices, or sizes past the limits.
+	ErrHostile = errors.New("hostile bundle")
+	// ErrFormat marks a bundle that is not a readable bundle.
+	ErrFormat = errors.New("not a fleetcheck bundle")
+)
+
+// Bundle is an opened bundle; it implements host.Host.
+type Bundle struct {
+	root     fs.FS
+	manifest Manifest
+	at       time.Time
+}
+
+var _ host.Host = (*Bundle)(nil)
+
+// Open opens a bundle directory or .tar.gz file with DefaultLimits.
+func Open(p string) (*Bundle, error) { return OpenWithLimits(p, DefaultLimits) }
+
+// OpenWithLimits opens a bundle with explicit limits for packed bundles.
+func OpenWithLimits(p string, lim Limits) (*Bundle, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, fmt.Errorf("open bundle: %w", err)
+	}
+	if st.IsDir() {
+		return FromFS(os.DirFS(p))
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("open bundle: %w", err)
+	}
+	defer f.Close()
+	m, err := Unpack(f, lim)
+	if err != nil {
+		return nil, fmt.Errorf("open bundle %s: %w", p, err)
+	}
+	return FromFS(m)
+}
+
+// FromFS reads a bundle from a file tree whose root holds manifest.json (or
+// one top-level directory that does).
+func FromFS(fsys fs.FS) (*Bundle, error) {
+	root := fsys
+	if _, err := fs.Stat(fsys, ManifestFile); err != nil {
+		// Accept one top-level directory, as `tar czf x.tar.gz dir/` makes.
+		entries, rerr := fs.ReadDir(fsys, ".")
+		if rerr == nil && len(entries) == 1 && entries[0].IsDir() {
+			if sub, serr := fs.Sub(fsys, entries[0].Name()); serr == nil {
+				if _, err2 := fs.Stat(sub, ManifestFile); err2 == nil {
+					root = sub
+				}
+			}
+		}
+	}
+	b := &Bundle{root: root}
+	data, err := fs.ReadFile(root, ManifestFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// Every file is optional, the manifest too: judge what is there.
+		b.manifest = Manifest{Format: FormatVersion}
+	case err != nil:
+		return nil, fmt.Errorf("%w: read manifest: %v", ErrFormat, err)
+	default:
+		if err := json.Unmarshal(data, &b.manifest); err != nil {
+			return nil, fmt.Errorf("%w: manifest.json: %v", ErrFormat, err)
+		}
+		if b.manifest.Format != FormatVersion {
+			return nil, fmt.Errorf("%w: manifest format %d, this fleetcheck reads %d", ErrFormat, b.manifest.Format, FormatVersion)
+		}
+	}
+	if b.manifest.CollectedAt != "" {
+		t, err := time.Parse(time.RFC3339, b.manifest.CollectedAt)
+		if err != nil {
+			return nil, fmt.Errorf("%w: manifest collected_at %q: %v", ErrFormat, b.manifest.CollectedAt, err)
+		}
+		b.at = t
+	}
+	return b, nil
+}
+
+// Manifest returns the bundle's manifest.
+func (b *Bundle) Manifest() Manifest { return b.manifest }
+
+// Name is the hostname the bundle was collected on.
+func (b *Bundle) Name() string {
+	if b.manifest.Hostname == "" {
+		return "unknown"
+	}
+	return b.manifest.Hostname
+}
+
+// Now is the collection time: a bundle's clock stopped when it was taken.
+// Zero when the manifest does not say.
+func (b *Bundle) Now() time.Time { return b.at }
+
+// FS is the captured host tree under fs/.
+func (b *Bundle) FS() fs.FS {
+	sub, err := fs.Sub(b.root, "fs")
+	if err != nil {
+		return emptyFS{}
+	}
+	return sub
+}
+
+// Capture replays a captured command source. The manifest's record wins:
+// a source recorded as failed or timed out is evidence, even without a file.
+func (b *Bundle) Capture(_ context.Context, src snapshot.Source) host.Capture {
+	data, err := fs.ReadFile(b.root, string(src))
+	present := err == nil
+	rec, recorded := b.manifest.Sources[src]
+	if recorded && rec.State != "" && rec.State != snapshot.StateOK {
+		if rec.State == snapshot.StateAbsent {
+			return host.Absent(orDefault(rec.Error, string(src)+" not collected"))
+		}
+		return host.Capture{Data: data, State: rec.State, ExitCode: rec.ExitCode, Err: orDefault(rec.Error, string(rec.State))}
+	}
+	if !present {
+		if errors.Is(err, fs.ErrNotExist) {
+			return host.Absent(string(src) + " not in bundle")
+		}
+		return host.Capture{State: snapshot.StateFailed, Err: fmt.Sprintf("read %s: %v", src, err)}
+	}
+	c := host.OK(data)
+	c.ExitCode = rec.ExitCode
+	return c
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+type emptyFS struct{}
+
+func (emptyFS) Open(name string) (fs.File, error) {
+	return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+}
+
+// Unpack reads a .tar.gz bundle into memory, refusing entries that would
+// escape the root, links, devices, and anything past the limits.
+func Unpack(r io.Reader, lim Limits) (fs.FS, error) {
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not gzip: %v", ErrFormat, err)
+	}
+	defer gz.Close()
+	tr := tar.NewReader(gz)
+	m := newMemFS()
+	var total int64
+	entries := 0
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: read tar: %v", ErrFormat, err)
+		}
+		entries++
+		if entries > lim.MaxEntries {
+			return nil, fmt.Errorf("%w: more than %d entries", ErrHostile, lim.MaxEntries)
+		}
+		name, err := safeName(hdr.Name)
+		if err != nil {
+			return nil, err
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if name != "." {
+				m.addDir(name)
+			}
+		case tar.TypeReg:
+			if hdr.Size < 0 || hdr.Size > lim.MaxFileBytes {
+				return nil, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrHostile, hdr.Name, hdr.Size, lim.MaxFileBytes)
+			}
+			if total+hdr.Size > lim.MaxTotalBytes {
+				return nil, fmt.Errorf("%w: unpacks past %d bytes", ErrHostile, lim.MaxTotalBytes)
+			}
+			// Read one byte past the declared size so a lying header is caught.
+			data, err := io.ReadAll(io.LimitReader(tr, hdr.Size+1))
+			if err != nil {
+				return nil, fmt.Errorf("%w: read %s: %v", ErrFormat, hdr.Name, err)
+			}
+			if int64(len(data)) != hdr.Size {
+				return nil, fmt.Errorf("%w: %s: size mismatch", ErrFormat, hdr.Name)
+			}
+			total += hdr.Size
+			if name == "." {
+				return nil, fmt.Errorf("%w: file entry names the root", ErrHostile)
+			}
+			if _, isDir := m.dirs[name]; isDir {
+				return nil, fmt.Errorf("%w: %s is both a file and a directory", ErrHostile, hdr.Name)
+			}
+			m.addFile(name, data)
+		case tar.TypeSymlink, tar.TypeLink:
+			return nil, fmt.Errorf("%w: %s is a link (to %q); bundles hold regular files only", ErrHostile, hdr.Name, hdr.Linkname)
+		case tar.TypeXGlobalHeader:
+			// pax global header: metadata only.
+		default:
+			return nil, fmt.Errorf("%w: %s has entry type %q; bundles hold regular files and directories only", ErrHostile, hdr.Name, string(hdr.Typeflag))
+		}
+	}
+	return m, nil
+}
+
+// safeName turns a tar entry name into a clean relative path, refusing
+// absolute paths and any path that climbs out of the root.
+func safeName(name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("%w: empty entry name", ErrHostile)
+	}
+	if strings.Contains(name, "\\") || strings.ContainsRune(name, 0) {
+		return "", fmt.Errorf("%w: entry %q has a backslash or NUL", ErrHostile, name)
+	}
+	if strings.HasPrefix(name, "/") {
+		return "", fmt.Errorf("%w: entry %q is an absolute path", ErrHostile, name)
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%w: entry %q escapes the bundle root", ErrHostile, name)
+		}
+	}
+	clean := path.Clean(name)
+	if clean == "." {
+		return ".", nil
+	}
+	if !fs.ValidPath(clean) {
+		return "", fmt.Errorf("%w: entry %q is not a valid path", ErrHostile, name)
+	}
+	return clean, nil
+}

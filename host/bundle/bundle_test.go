@@ -1,0 +1,242 @@
+package bundle
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/snapshot"
+)
+
+type entry struct {
+	name string
+	typ  byte
+	body string
+	link string
+	size int64 // overrides len(body) in the header when non-zero
+}
+
+func packTar(t *testing.T, entries []entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, e := range entries {
+		hdr := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: 0o644, Linkname: e.link}
+		if e.typ == tar.TypeReg {
+			hdr.Size = int64(len(e.body))
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if e.typ == tar.TypeReg {
+			if _, err := tw.Write([]byte(e.body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestUnpackRefusesHostileArchives(t *testing.T) {
+	t.Parallel()
+	manifest := entry{name: "manifest.json", typ: tar.TypeReg, body: `{"format":1}`}
+	cases := []struct {
+		name    string
+		entries []entry
+		lim     Limits
+	}{
+		{"dotdot", []entry{manifest, {name: "../evil", typ: tar.TypeReg, body: "x"}}, DefaultLimits},
+		{"dotdot inside", []entry{{name: "b/fs/../../../etc/passwd", typ: tar.TypeReg, body: "x"}}, DefaultLimits},
+		{"absolute", []entry{{name: "/etc/cron.d/evil", typ: tar.TypeReg, body: "x"}}, DefaultLimits},
+		{"symlink out", []entry{manifest, {name: "fs/sys", typ: tar.TypeSymlink, link: "/sys"}}, DefaultLimits},
+		{"hardlink", []entry{manifest, {name: "x", typ: tar.TypeLink, link: "/etc/shadow"}}, DefaultLimits},
+		{"device", []entry{manifest, {name: "dev", typ: tar.TypeChar}}, DefaultLimits},
+		{"fifo", []entry{manifest, {name: "p", typ: tar.TypeFifo}}, DefaultLimits},
+		{"too big total", []entry{manifest, {name: "a", typ: tar.TypeReg, body: "0123456789"}, {name: "b", typ: tar.TypeReg, body: "0123456789"}},
+			Limits{MaxTotalBytes: 25, MaxFileBytes: 100, MaxEntries: 10}},
+		{"too big file", []entry{manifest, {name: "a", typ: tar.TypeReg, body: "0123456789"}},
+			Limits{MaxTotalBytes: 1000, MaxFileBytes: 5, MaxEntries: 10}},
+		{"too many entries", []entry{manifest, {name: "a", typ: tar.TypeDir}, {name: "b", typ: tar.TypeDir}},
+			Limits{MaxTotalBytes: 1000, MaxFileBytes: 100, MaxEntries: 2}},
+		{"backslash", []entry{{name: `..\evil`, typ: tar.TypeReg, body: "x"}}, DefaultLimits},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Unpack(bytes.NewReader(packTar(t, tc.entries)), tc.lim)
+			if !errors.Is(err, ErrHostile) {
+				t.Fatalf("Unpack: got %v, want ErrHostile", err)
+			}
+		})
+	}
+}
+
+func TestUnpackNotGzip(t *testing.T) {
+	t.Parallel()
+	_, err := Unpack(bytes.NewReader([]byte("plain text")), DefaultLimits)
+	if !errors.Is(err, ErrFormat) {
+		t.Fatalf("got %v, want ErrFormat", err)
+	}
+}
+
+func TestTruncatedArchive(t *testing.T) {
+	t.Parallel()
+	data := packTar(t, []entry{{name: "manifest.json", typ: tar.TypeReg, body: `{"format":1}`}, {name: "dmesg.txt", typ: tar.TypeReg, body: string(bytes.Repeat([]byte("x"), 5000))}})
+	_, err := Unpack(bytes.NewReader(data[:len(data)/2]), DefaultLimits)
+	if err == nil {
+		t.Fatal("truncated archive unpacked without error")
+	}
+}
+
+func TestOneTopLevelDirectoryAccepted(t *testing.T) {
+	t.Parallel()
+	data := packTar(t, []entry{
+		{name: "node1/", typ: tar.TypeDir},
+		{name: "node1/manifest.json", typ: tar.TypeReg, body: `{"format":1,"hostname":"gpu-001","collected_at":"2026-11-28T02:00:00Z"}`},
+		{name: "node1/dmesg.txt", typ: tar.TypeReg, body: "[1.0] hello\n"},
+		{name: "node1/fs/proc/uptime", typ: tar.TypeReg, body: "100.0 50.0\n"},
+	})
+	m, err := Unpack(bytes.NewReader(data), DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := FromFS(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Name() != "gpu-001" {
+		t.Errorf("Name = %q", b.Name())
+	}
+	if got := b.Now(); !got.Equal(time.Date(2026, 11, 28, 2, 0, 0, 0, time.UTC)) {
+		t.Errorf("Now = %v", got)
+	}
+	c := b.Capture(context.Background(), snapshot.SrcKernelLog)
+	if c.State != snapshot.StateOK || string(c.Data) != "[1.0] hello\n" {
+		t.Errorf("capture dmesg = %+v", c)
+	}
+	up, err := fs.ReadFile(b.FS(), "proc/uptime")
+	if err != nil || string(up) != "100.0 50.0\n" {
+		t.Errorf("fs proc/uptime = %q, %v", up, err)
+	}
+}
+
+func TestCaptureFollowsManifest(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	w, err := Create(dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, w.WriteManifest(Manifest{Hostname: "gpu-002", CollectedAt: "2026-11-28T02:00:00Z", Sources: map[snapshot.Source]snapshot.SourceState{
+		snapshot.SrcNvidiaSMI: {State: snapshot.StateTimeout, Error: "timed out after 30s"},
+		snapshot.SrcKernelLog: {State: snapshot.StateOK},
+	}}))
+	must(t, w.AddFile("dmesg.txt", []byte("x\n")))
+	must(t, w.Close())
+	b, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if c := b.Capture(ctx, snapshot.SrcNvidiaSMI); c.State != snapshot.StateTimeout || c.Err != "timed out after 30s" {
+		t.Errorf("nvidia-smi: %+v, want the recorded timeout", c)
+	}
+	if c := b.Capture(ctx, snapshot.SrcKernelLog); c.State != snapshot.StateOK {
+		t.Errorf("dmesg: %+v", c)
+	}
+	if c := b.Capture(ctx, snapshot.SrcAllReduce); c.State != snapshot.StateAbsent || c.Err == "" {
+		t.Errorf("all_reduce: %+v, want absent with a reason", c)
+	}
+}
+
+func TestWriterRoundTripPacked(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "gpu-003-20261128.tar.gz")
+	w, err := Create(p, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, w.WriteManifest(Manifest{Hostname: "gpu-003"}))
+	must(t, w.AddFile("fs/sys/class/infiniband/mlx5_0/ports/1/state", []byte("4: ACTIVE\n")))
+	must(t, w.Close())
+	if _, err := Create(p, time.Now()); err == nil {
+		t.Error("Create overwrote an existing archive")
+	}
+	b, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := fs.ReadFile(b.FS(), "sys/class/infiniband/mlx5_0/ports/1/state")
+	if err != nil || string(got) != "4: ACTIVE\n" {
+		t.Fatalf("state = %q, %v", got, err)
+	}
+	entries, err := fs.ReadDir(b.FS(), "sys/class/infiniband")
+	if err != nil || len(entries) != 1 || entries[0].Name() != "mlx5_0" || !entries[0].IsDir() {
+		t.Fatalf("ReadDir = %v, %v", entries, err)
+	}
+}
+
+func TestBadManifest(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{
+		"garbage":  "{not json",
+		"future":   `{"format": 2}`,
+		"bad time": `{"format": 1, "collected_at": "yesterday"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			must(t, os.WriteFile(filepath.Join(dir, ManifestFile), []byte(body), 0o644))
+			if _, err := Open(dir); !errors.Is(err, ErrFormat) {
+				t.Fatalf("got %v, want ErrFormat", err)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func FuzzUnpack(f *testing.F) {
+	f.Add([]byte{})
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	_ = tw.WriteHeader(&tar.Header{Name: "manifest.json", Typeflag: tar.TypeReg, Size: 12, Mode: 0o644})
+	_, _ = tw.Write([]byte(`{"format":1}`))
+	_ = tw.Close()
+	_ = gz.Close()
+	f.Add(buf.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Unpack(bytes.NewReader(data), Limits{MaxTotalBytes: 1 << 20, MaxFileBytes: 1 << 20, MaxEntries: 1000})
+		if err != nil {
+			return
+		}
+		_ = fs.WalkDir(m, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !fs.ValidPath(p) {
+				t.Fatalf("unpacked invalid path %q", p)
+			}
+			return nil
+		})
+	})
+}

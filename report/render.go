@@ -1,0 +1,53 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the report as indented JSON.
+func WriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// WriteTable writes a human-readable report: one line per check, its
+// findings below it, and the reason for a skip or an error.
+func WriteTable(w io.Writer, r *Report) error {
+	gpus, hcas := len(r.Inventory.GPUs), len(r.Inventory.HCAs)
+	head := fmt.Sprintf("node %s: %s", r.Node, strings.ToUpper(string(r.Status)))
+	var inv []string
+	if r.Inventory.DriverVersion != "" {
+		inv = append(inv, "driver "+r.Inventory.DriverVersion)
+	}
+	inv = append(inv, fmt.Sprintf("%d GPUs", gpus), fmt.Sprintf("%d HCAs", hcas))
+	if r.CollectedAt != "" {
+		inv = append(inv, "at "+r.CollectedAt)
+	}
+	if _, err := fmt.Fprintf(w, "%s  (%s)\n\n", head, strings.Join(inv, ", ")); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
+	for _, c := range r.Checks {
+		switch {
+		case len(c.Findings) > 0:
+			for i, f := range c.Findings {
+				name, st := c.Name, string(c.Status)
+				if i > 0 {
+					name, st = "", ""
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s %s: %s (%s: %s)\n", name, st, f.Component, f.Code, f.Message, f.Severity, f.Action)
+			}
+		case c.Reason != "":
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Status, c.Reason)
+		default:
+			fmt.Fprintf(tw, "%s\t%s\t\n", c.Name, c.Status)
+		}
+	}
+	return tw.Flush()
+}
