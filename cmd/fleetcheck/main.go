@@ -49,6 +49,6 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd())
+	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd(), newAgentCmd())
 	return root
 }

@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"sync"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/inspect"
+	"github.com/fleetcheck/fleetcheck/snapshot"
+)
+
+// guardedHost lets scheduled passes and requested checks run at the same
+// time without two of them reading one source at once: a capture of a
+// source already being read joins that read instead of starting another.
+// A joiner whose deadline passes first gets a timeout naming the read it
+// waited for, so a stuck nvidia-smi is reported stuck by every pass rather
+// than piled up, and a host whose Capture ignores its context still cannot
+// hold a pass past its deadline.
+type guardedHost struct {
+	h  host.Host
+	mu sync.Mutex
+	// inflight holds the read under way for each source.
+	inflight map[snapshot.Source]*flight
+}
+
+type flight struct {
+	done    chan struct{}
+	started time.Time
+	c       host.Capture
+}
+
+// nvmlGuardedHost keeps a host's NVML reader visible to inspect through
+// the wrapper; NVML calls are in-process and need no guard.
+type nvmlGuardedHost struct {
+	*guardedHost
+	r inspect.NVMLReader
+}
+
+func (g nvmlGuardedHost) GPUStateNVML() (*snapshot.GPUState, error) { return g.r.GPUStateNVML() }
+
+func guard(h host.Host) host.Host {
+	g := &guardedHost{h: h, inflight: map[snapshot.Source]*flight{}}
+	if r, ok := h.(inspect.NVMLReader); ok {
+		return nvmlGuardedHost{guardedHost: g, r: r}
+	}
+	return g
+}
+
+func (g *guardedHost) Name() string   { return g.h.Name() }
+func (g *guardedHost) Now() time.Time { return g.h.Now() }
+func (g *guardedHost) FS() fs.FS      { return g.h.FS() }
+
+func (g *guardedHost) Capture(ctx context.Context, src snapshot.Source) host.Capture {
+	g.mu.Lock()
+	f := g.inflight[src]
+	if f == nil {
+		f = &flight{done: make(chan struct{}), started: time.Now()}
+		g.inflight[src] = f
+		// The read runs on its own goroutine so the caller can leave at its
+		// deadline even if the host does not; it uses the first caller's
+		// context, which bounds well-behaved hosts.
+		go func() {
+			c := g.h.Capture(ctx, src)
+			g.mu.Lock()
+			f.c = c
+			delete(g.inflight, src)
+			g.mu.Unlock()
+			close(f.done)
+		}()
+	}
+	g.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.c
+	case <-ctx.Done():
+		return host.Capture{
+			State: snapshot.StateTimeout,
+			Err:   fmt.Sprintf("%s: still running after %s", src, time.Since(f.started).Round(time.Millisecond)),
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/report"
+)
+
+// Metrics receives what the agent measures. The Prometheus exporter
+// (/metrics) implements it; the agent itself knows nothing of Prometheus.
+// Methods are called from several goroutines and must not block.
+type Metrics interface {
+	// PassDone is called after each inspection, scheduled (workID "") or
+	// requested, with its report and duration.
+	PassDone(workID string, r *report.Report, took time.Duration)
+	// Spool reports the spool's depth after it changed; dropped counts
+	// results dropped by this change to stay within the limits.
+	Spool(results int, bytes int64, dropped int)
+	// Connected reports whether the stream to the coordinator is up.
+	Connected(up bool)
+	// Acked counts acknowledged results; duplicate is the coordinator's flag.
+	Acked(duplicate bool)
+	// Refused counts results the coordinator will never store (dropped).
+	Refused()
+	// Work counts requests by outcome: accepted, refused, done.
+	Work(outcome string)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) PassDone(string, *report.Report, time.Duration) {}
+func (nopMetrics) Spool(int, int64, int)                          {}
+func (nopMetrics) Connected(bool)                                 {}
+func (nopMetrics) Acked(bool)                                     {}
+func (nopMetrics) Refused()                                       {}
+func (nopMetrics) Work(string)                                    {}
