@@ -49,6 +49,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd(), newAgentCmd())
+	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd(), newAgentCmd(),
+		newCoordinatorCmd(), newNodesCmd(), newResultsCmd(), newCheckCmd(), newEventsCmd())
 	return root
 }

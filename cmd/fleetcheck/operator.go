@@ -1,0 +1,501 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/fleetcheck/fleetcheck/coordinator"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/report"
+)
+
+// envCoordinator names the coordinator when --coordinator is not given.
+const (
+	envCoordinator     = "FLEETCHECK_COORDINATOR"
+	defaultCoordinator = "127.0.0.1:7443"
+	callTimeout        = 30 * time.Second
+)
+
+// dialOptions is the one place that says how operators reach the
+// coordinator; plaintext until TLS is configured.
+func dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+}
+
+// opFlags are shared by the operator's verbs.
+type opFlags struct {
+	addr   string
+	output string
+}
+
+func (f *opFlags) register(cmd *cobra.Command) {
+	addr := os.Getenv(envCoordinator)
+	if addr == "" {
+		addr = defaultCoordinator
+	}
+	cmd.Flags().StringVar(&f.addr, "coordinator", addr, "coordinator gRPC address (default from $"+envCoordinator+", else "+defaultCoordinator+")")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+}
+
+func (f *opFlags) validate() error {
+	if f.output != "table" && f.output != "json" {
+		return fmt.Errorf("-o must be table or json, not %q", f.output)
+	}
+	if f.addr == "" {
+		return errors.New("--coordinator is empty")
+	}
+	return nil
+}
+
+func (f *opFlags) client() (pb.OperatorServiceClient, func(), error) {
+	if err := f.validate(); err != nil {
+		return nil, nil, err
+	}
+	cc, err := grpc.NewClient(f.addr, dialOptions()...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator %s: %w", f.addr, err)
+	}
+	return pb.NewOperatorServiceClient(cc), func() { cc.Close() }, nil
+}
+
+// rpcError says what went wrong in one line, without gRPC's wrapping.
+func (f *opFlags) rpcError(err error) error {
+	if st, ok := status.FromError(err); ok {
+		return fmt.Errorf("coordinator %s: %s: %s", f.addr, codeWords(st.Code().String()), st.Message())
+	}
+	return fmt.Errorf("coordinator %s: %w", f.addr, err)
+}
+
+// codeWords turns "InvalidArgument" into "invalid argument".
+func codeWords(code string) string {
+	var b strings.Builder
+	for i, r := range code {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToLower(b.String())
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func fmtTime(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).Local().Format("2006-01-02 15:04:05")
+}
+
+func jsonTime(ms int64) string {
+	if ms <= 0 {
+		return ""
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+}
+
+func ago(ms int64, now time.Time) string {
+	if ms <= 0 {
+		return "never"
+	}
+	d := now.Sub(time.UnixMilli(ms))
+	switch {
+	case d < time.Second:
+		return "now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ---------------------------------------------------------------- nodes
+
+type nodeJSON struct {
+	Name          string            `json:"name"`
+	State         string            `json:"state"`
+	StateReason   string            `json:"state_reason,omitempty"`
+	Connected     bool              `json:"connected"`
+	Labels        map[string]string `json:"labels"`
+	GPUs          int32             `json:"gpus"`
+	DriverVersion string            `json:"driver_version"`
+	LastSeen      string            `json:"last_seen,omitempty"`
+	FailingChecks []string          `json:"failing_checks"`
+}
+
+func newNodesCmd() *cobra.Command {
+	var f opFlags
+	cmd := &cobra.Command{
+		Use:   "nodes [SELECTOR]",
+		Short: "List nodes: state, GPUs, driver, last seen, failing checks",
+		Long: "List the nodes the coordinator knows, optionally those a selector picks " +
+			"(Kubernetes label-selector syntax over agent labels, plus name=: 'sku=h100,rack in (r1,r2)').",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			sel := ""
+			if len(args) == 1 {
+				sel = args[0]
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			resp, err := c.ListNodes(ctx, &pb.ListNodesRequest{Selector: sel})
+			if err != nil {
+				return f.rpcError(err)
+			}
+			out := cmd.OutOrStdout()
+			if f.output == "json" {
+				nodes := make([]nodeJSON, 0, len(resp.Nodes))
+				for _, n := range resp.Nodes {
+					nodes = append(nodes, nodeJSON{Name: n.Name, State: n.State, StateReason: n.StateReason,
+						Connected: n.Connected, Labels: n.Labels, GPUs: n.Gpus, DriverVersion: n.DriverVersion,
+						LastSeen: jsonTime(n.LastSeenUnixMs), FailingChecks: append([]string{}, n.FailingChecks...)})
+				}
+				return writeJSON(out, map[string]any{"nodes": nodes})
+			}
+			now := time.Now()
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tSTATE\tGPUS\tDRIVER\tLAST-SEEN\tFAILING-CHECKS")
+			for _, n := range resp.Nodes {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, n.State, n.Gpus, orDash(n.DriverVersion),
+					ago(n.LastSeenUnixMs, now), orDash(strings.Join(n.FailingChecks, ",")))
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// -------------------------------------------------------------- results
+
+type storedJSON struct {
+	ResultID string             `json:"result_id"`
+	Node     string             `json:"node"`
+	WorkID   string             `json:"work_id,omitempty"`
+	Finished string             `json:"finished"`
+	Check    report.CheckResult `json:"check"`
+}
+
+func checkFromPB(c *pb.CheckResult) report.CheckResult {
+	out := report.CheckResult{Name: c.GetName(), Status: report.Status(c.GetStatus()), DurationMS: c.GetDurationMs(),
+		Reason: c.GetReason(), Findings: []report.Finding{}, Metrics: c.GetMetrics()}
+	for _, x := range c.GetFindings() {
+		out.Findings = append(out.Findings, report.Finding{Severity: report.Severity(x.GetSeverity()), Component: x.GetComponent(),
+			PCIBusID: x.GetPciBusId(), Code: x.GetCode(), Message: x.GetMessage(), Action: report.Action(x.GetAction())})
+	}
+	return out
+}
+
+func newResultsCmd() *cobra.Command {
+	var f opFlags
+	var node, check string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "results --node NODE [--check CHECK] [--limit N]",
+		Short: "Show a node's stored check results, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if node == "" {
+				return errors.New("--node is required")
+			}
+			if limit < 1 || limit > 10000 {
+				return fmt.Errorf("--limit %d: want 1..10000", limit)
+			}
+			c, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			resp, err := c.ListResults(ctx, &pb.ListResultsRequest{Node: node, Check: check, Limit: int32(limit)})
+			if err != nil {
+				return f.rpcError(err)
+			}
+			out := cmd.OutOrStdout()
+			if f.output == "json" {
+				rows := make([]storedJSON, 0, len(resp.Results))
+				for _, r := range resp.Results {
+					rows = append(rows, storedJSON{ResultID: r.ResultId, Node: r.Node, WorkID: r.WorkId,
+						Finished: jsonTime(r.FinishedUnixMs), Check: checkFromPB(r.Check)})
+				}
+				return writeJSON(out, map[string]any{"results": rows})
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "FINISHED\tCHECK\tSTATUS\tDURATION\tDETAIL\tRESULT")
+			for _, r := range resp.Results {
+				ch := checkFromPB(r.Check)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fms\t%s\t%s\n", fmtTime(r.FinishedUnixMs), ch.Name, ch.Status,
+					ch.DurationMS, orDash(resultDetail(ch)), r.ResultId)
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&node, "node", "", "the node (required)")
+	cmd.Flags().StringVar(&check, "check", "", "only this check")
+	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many rows")
+	return cmd
+}
+
+// resultDetail is one line about a check result: its findings or reason.
+func resultDetail(c report.CheckResult) string {
+	if len(c.Findings) == 0 {
+		return c.Reason
+	}
+	report.SortFindings(c.Findings)
+	parts := make([]string, 0, len(c.Findings))
+	for i, x := range c.Findings {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("+%d more", len(c.Findings)-3))
+			break
+		}
+		parts = append(parts, strings.TrimSpace(x.Component+" "+x.Code))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ---------------------------------------------------------------- check
+
+type outcomeJSON struct {
+	Node     string `json:"node"`
+	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
+	ResultID string `json:"result_id,omitempty"`
+}
+
+type checkJSON struct {
+	WorkID      string        `json:"work_id"`
+	Total       int32         `json:"total"`
+	Done        int32         `json:"done"`
+	Refused     int32         `json:"refused"`
+	Failed      int32         `json:"failed"`
+	Unreachable int32         `json:"unreachable"`
+	TimedOut    int32         `json:"timed_out"`
+	Outcomes    []outcomeJSON `json:"outcomes"`
+}
+
+func progressLine(p *pb.RunCheckProgress) string {
+	line := fmt.Sprintf("%d/%d done, %d refused, %d failed", p.Done, p.Total, p.Refused, p.Failed)
+	if p.Unreachable > 0 {
+		line += fmt.Sprintf(", %d unreachable", p.Unreachable)
+	}
+	if p.TimedOut > 0 {
+		line += fmt.Sprintf(", %d timed out", p.TimedOut)
+	}
+	return line
+}
+
+// outcomeOK is what lets `check` exit 0: the node ran the checks and
+// nothing failed or errored. Refused, unreachable and timed out are
+// inconclusive, never a pass.
+func outcomeOK(status string) bool {
+	return status == string(report.Pass) || status == string(report.Warn)
+}
+
+func newCheckCmd() *cobra.Command {
+	var f opFlags
+	var checks []string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "check SELECTOR --checks LIST [--timeout D]",
+		Short: "Run checks now on every node a selector picks, and wait for the outcome",
+		Long: `Ask every node the selector picks ('' for all) to run the named checks now, show
+progress while waiting, then a table of per-node outcomes.
+
+Exit status: 0 when every node passed (or only warned), 1 when any node failed,
+errored, refused, timed out or was unreachable, 2 when the command could not run.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(checks) == 0 {
+				return errors.New("--checks is required (comma separated; see `fleetcheck checks`)")
+			}
+			if timeout < coordinator.MinRunTimeout || timeout > coordinator.MaxRunTimeout {
+				return fmt.Errorf("--timeout %s: want %s..%s", timeout, coordinator.MinRunTimeout, coordinator.MaxRunTimeout)
+			}
+			c, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			// The call outlives the work's timeout by a margin for the final message.
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout+callTimeout)
+			defer cancel()
+			stream, err := c.RunCheck(ctx, &pb.RunCheckRequest{Selector: args[0], Checks: checks, TimeoutMs: timeout.Milliseconds()})
+			if err != nil {
+				return f.rpcError(err)
+			}
+			final, err := followProgress(stream, cmd.ErrOrStderr())
+			if err != nil {
+				return f.rpcError(err)
+			}
+			if final.Total == 0 {
+				return fmt.Errorf("selector %q matches no node the coordinator knows", args[0])
+			}
+			if err := writeOutcomes(cmd.OutOrStdout(), f.output, final); err != nil {
+				return err
+			}
+			for _, o := range final.Outcomes {
+				if !outcomeOK(o.Status) {
+					return errChecksFailed
+				}
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringSliceVar(&checks, "checks", nil, "checks to run (comma separated)")
+	cmd.Flags().DurationVar(&timeout, "timeout", coordinator.DefaultRunTimeout, "how long to wait for the nodes")
+	return cmd
+}
+
+// followProgress shows progress until the final message: on a terminal one
+// line rewritten in place, otherwise a plain line when the counts move (at
+// most one a second).
+func followProgress(stream grpc.ServerStreamingClient[pb.RunCheckProgress], w io.Writer) (*pb.RunCheckProgress, error) {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		tty = isatty.IsTerminal(f.Fd())
+	}
+	var last string
+	var lastAt time.Time
+	for {
+		p, err := stream.Recv()
+		if err == io.EOF {
+			return nil, errors.New("stream ended without a final message")
+		}
+		if err != nil {
+			if tty && last != "" {
+				fmt.Fprintln(w)
+			}
+			return nil, err
+		}
+		line := progressLine(p)
+		switch {
+		case tty:
+			fmt.Fprintf(w, "\r%s\033[K", line)
+			if p.Final {
+				fmt.Fprintln(w)
+			}
+		case line != last && (p.Final || time.Since(lastAt) >= time.Second):
+			fmt.Fprintln(w, line)
+			lastAt = time.Now()
+		}
+		last = line
+		if p.Final {
+			return p, nil
+		}
+	}
+}
+
+func writeOutcomes(w io.Writer, format string, p *pb.RunCheckProgress) error {
+	outs := append([]*pb.NodeOutcome(nil), p.Outcomes...)
+	sort.Slice(outs, func(i, j int) bool { return outs[i].Node < outs[j].Node })
+	if format == "json" {
+		res := checkJSON{WorkID: p.WorkId, Total: p.Total, Done: p.Done, Refused: p.Refused, Failed: p.Failed,
+			Unreachable: p.Unreachable, TimedOut: p.TimedOut, Outcomes: make([]outcomeJSON, 0, len(outs))}
+		for _, o := range outs {
+			res.Outcomes = append(res.Outcomes, outcomeJSON{Node: o.Node, Status: o.Status, Reason: o.Reason, ResultID: o.ResultId})
+		}
+		return writeJSON(w, res)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATUS\tREASON\tRESULT")
+	for _, o := range outs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Node, o.Status, orDash(o.Reason), orDash(o.ResultId))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "work %s: %s\n", p.WorkId, progressLine(p))
+	return err
+}
+
+// --------------------------------------------------------------- events
+
+type eventJSON struct {
+	ID      int64  `json:"id"`
+	Time    string `json:"time"`
+	Node    string `json:"node,omitempty"`
+	Kind    string `json:"kind"`
+	Actor   string `json:"actor,omitempty"`
+	Message string `json:"message"`
+}
+
+func newEventsCmd() *cobra.Command {
+	var f opFlags
+	var node string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "events [--node NODE] [--limit N]",
+		Short: "Show the event log: state changes with their reasons, operator actions, refusals",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > 10000 {
+				return fmt.Errorf("--limit %d: want 1..10000", limit)
+			}
+			c, done, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			resp, err := c.ListEvents(ctx, &pb.ListEventsRequest{Node: node, Limit: int32(limit)})
+			if err != nil {
+				return f.rpcError(err)
+			}
+			out := cmd.OutOrStdout()
+			if f.output == "json" {
+				evs := make([]eventJSON, 0, len(resp.Events))
+				for _, e := range resp.Events {
+					evs = append(evs, eventJSON{ID: e.Id, Time: jsonTime(e.UnixMs), Node: e.Node, Kind: e.Kind, Actor: e.Actor, Message: e.Message})
+				}
+				return writeJSON(out, map[string]any{"events": evs})
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tNODE\tKIND\tACTOR\tMESSAGE")
+			for _, e := range resp.Events {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", fmtTime(e.UnixMs), orDash(e.Node), e.Kind, orDash(e.Actor), e.Message)
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&node, "node", "", "only this node's events")
+	cmd.Flags().IntVar(&limit, "limit", 100, "the newest N events")
+	return cmd
+}

@@ -1,0 +1,496 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/store"
+)
+
+// Why a stream ended, as its session's cancel cause.
+var (
+	errReplaced    = errors.New("replaced by a newer stream from the same node")
+	errShutdown    = errors.New("coordinator shutting down")
+	errAgentClosed = errors.New("agent closed its stream")
+)
+
+type silenceError struct{ silent, interval time.Duration }
+
+func (e *silenceError) Error() string {
+	return fmt.Sprintf("no message for %s (3 heartbeat intervals of %s)", e.silent.Round(time.Millisecond), e.interval)
+}
+
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return "store unavailable: " + e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+type streamError struct{ err error }
+
+func (e *streamError) Error() string {
+	if st, ok := status.FromError(e.err); ok {
+		return "stream lost: " + st.Message()
+	}
+	return "stream lost: " + e.err.Error()
+}
+func (e *streamError) Unwrap() error { return e.err }
+
+// Limits on one stream.
+const (
+	maxInFlight    = 64 // results being stored at once per stream
+	sendGrace      = 2 * time.Second
+	knownIDsWindow = 24 * time.Hour
+	knownIDsMax    = 1000
+	maxNodeName    = 253
+)
+
+type agentService struct {
+	pb.UnimplementedAgentServiceServer
+	s *Server
+}
+
+// session is one agent stream.
+type session struct {
+	s      *Server
+	node   string
+	entry  *nodeEntry
+	id     Identity
+	log    zerolog.Logger
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	sendq  chan *pb.CoordinatorMessage
+	drain  chan struct{} // closed to flush the queue and stop sending
+
+	last     atomic.Int64 // unix nanos of the last message received
+	touched  atomic.Int64 // last value written to the store
+	activity atomic.Int32
+	spool    atomic.Uint32
+	enabled  []string
+}
+
+func (x *session) end(cause error) { x.cancel(cause) }
+
+func (x *session) lastRecv() time.Time { return time.Unix(0, x.last.Load()) }
+
+// trySend queues a message without waiting; false when the queue is full
+// or the stream has ended.
+func (x *session) trySend(m *pb.CoordinatorMessage) bool {
+	if x.ctx.Err() != nil {
+		return false
+	}
+	select {
+	case x.sendq <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// send queues a message, waiting for room while the stream lives.
+func (x *session) send(m *pb.CoordinatorMessage) bool {
+	select {
+	case x.sendq <- m:
+		return true
+	case <-x.ctx.Done():
+		return false
+	}
+}
+
+func (x *session) sendLoop(stream pb.AgentService_ConnectServer, done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case m := <-x.sendq:
+			if err := stream.Send(m); err != nil {
+				x.end(&streamError{err})
+				return
+			}
+		case <-x.ctx.Done():
+			return
+		case <-x.drain:
+			for {
+				select {
+				case m := <-x.sendq:
+					if err := stream.Send(m); err != nil {
+						return
+					}
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func validNodeName(n string) error {
+	if n == "" || len(n) > maxNodeName {
+		return fmt.Errorf("node name must be 1..%d characters", maxNodeName)
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("node name %q may hold only letters, digits, '-', '_' and '.'", n)
+		}
+	}
+	return nil
+}
+
+// Connect is an agent's stream: Hello, then Welcome, then results, work
+// status and heartbeats from the agent; acks, RunChecks and heartbeats
+// from here.
+func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
+	s := a.s
+	if !s.ready.Load() {
+		return status.Error(codes.Unavailable, "coordinator not serving yet")
+	}
+	ctx := stream.Context()
+	id := s.opts.Identify(ctx)
+	if id.Kind == AdminIdentity {
+		return status.Error(codes.PermissionDenied, "an operator identity cannot connect as an agent")
+	}
+
+	// Recv runs in its own goroutine so that a silent or stuck agent never
+	// keeps this handler from ending the stream.
+	msgs := make(chan *pb.AgentMessage)
+	recvErr := make(chan error, 1)
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-quit:
+				return
+			}
+		}
+	}()
+
+	hello, err := s.awaitHello(ctx, msgs, recvErr)
+	if err != nil {
+		return err
+	}
+	log := s.log.With().Str("node", hello.GetNode()).Str("peer", id.Addr).Logger()
+	if err := validNodeName(hello.GetNode()); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := CheckProtocol(hello.GetProtocolVersion()); err != nil {
+		log.Warn().Str("protocol", hello.GetProtocolVersion()).Msg("agent refused: protocol version")
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if id.Kind == NodeIdentity && id.Name != hello.GetNode() {
+		log.Warn().Str("identity", id.Name).Msg("agent refused: hello names another node")
+		return status.Errorf(codes.PermissionDenied, "identity %s may not speak for node %s", id.Name, hello.GetNode())
+	}
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sess := &session{
+		s:       s,
+		node:    hello.GetNode(),
+		id:      id,
+		log:     log,
+		ctx:     sctx,
+		cancel:  cancel,
+		sendq:   make(chan *pb.CoordinatorMessage, s.cfg.SendQueue),
+		drain:   make(chan struct{}),
+		enabled: hello.GetEnabledChecks(),
+	}
+	sess.last.Store(s.now().UnixNano())
+	sess.activity.Store(int32(hello.GetActivity()))
+	welcome, err := s.attach(sctx, sess, hello)
+	if err != nil {
+		log.Error().Err(err).Msg("agent join not recorded")
+		return status.Error(codes.Unavailable, "coordinator store unavailable; retry")
+	}
+	cause := error(errAgentClosed)
+	defer func() { s.detach(sess, cause) }()
+	if err := stream.Send(welcome); err != nil {
+		cause = &streamError{err}
+		return err
+	}
+	log.Info().Str("agent_version", hello.GetAgentVersion()).Str("protocol", hello.GetProtocolVersion()).Msg("agent connected")
+
+	sendDone := make(chan struct{})
+	go sess.sendLoop(stream, sendDone)
+	var inflight sync.WaitGroup
+	sem := make(chan struct{}, maxInFlight)
+	for {
+		select {
+		case m := <-msgs:
+			sess.last.Store(s.now().UnixNano())
+			switch {
+			case m.GetResult() != nil:
+				select {
+				case sem <- struct{}{}:
+				case <-sctx.Done():
+					continue
+				}
+				inflight.Add(1)
+				go func(r *pb.Result) {
+					defer func() { <-sem; inflight.Done() }()
+					sess.handleResult(r)
+				}(m.GetResult())
+			case m.GetWorkStatus() != nil:
+				s.works.status(sess.node, m.GetWorkStatus())
+			case m.GetHeartbeat() != nil:
+				sess.activity.Store(int32(m.GetHeartbeat().GetActivity()))
+				sess.spool.Store(m.GetHeartbeat().GetSpoolDepth())
+			case m.GetHello() != nil:
+				log.Warn().Msg("second hello on one stream ignored")
+			}
+		case err := <-recvErr:
+			// The agent closed its side, or the transport broke: answer
+			// what is in flight if the stream still takes it.
+			if !errors.Is(err, io.EOF) {
+				cause = &streamError{err}
+			}
+			inflight.Wait()
+			close(sess.drain)
+			waitSend(sendDone)
+			cancel(cause)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return status.Error(codes.Unavailable, cause.Error())
+		case <-sctx.Done():
+			cause = context.Cause(sctx)
+			if ctx.Err() != nil {
+				// The stream's own context ended: the agent or the network went away.
+				cause = &streamError{errors.New("connection closed")}
+			}
+			waitSend(sendDone)
+			return endStatus(cause)
+		}
+	}
+}
+
+// waitSend waits for the send loop to stop; a Send stuck on a peer that
+// reads nothing is abandoned after a grace period (the stream ends with
+// the handler, which unblocks it).
+func waitSend(done <-chan struct{}) {
+	t := time.NewTimer(sendGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+func endStatus(cause error) error {
+	var silent *silenceError
+	var se *storeError
+	switch {
+	case errors.Is(cause, errReplaced):
+		return status.Error(codes.Aborted, cause.Error())
+	case errors.Is(cause, errShutdown):
+		return status.Error(codes.Unavailable, cause.Error())
+	case errors.As(cause, &silent):
+		return status.Error(codes.DeadlineExceeded, cause.Error())
+	case errors.As(cause, &se):
+		return status.Error(codes.Unavailable, cause.Error())
+	case errors.Is(cause, context.Canceled), errors.Is(cause, context.DeadlineExceeded):
+		return status.FromContextError(cause).Err()
+	}
+	return status.Error(codes.Unavailable, cause.Error())
+}
+
+func (s *Server) awaitHello(ctx context.Context, msgs <-chan *pb.AgentMessage, recvErr <-chan error) (*pb.Hello, error) {
+	wait := max(3*s.cfg.HeartbeatInterval, 10*time.Second)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case m := <-msgs:
+		if m.GetHello() == nil {
+			return nil, status.Error(codes.InvalidArgument, "the first message on a stream must be Hello")
+		}
+		return m.GetHello(), nil
+	case err := <-recvErr:
+		if errors.Is(err, io.EOF) {
+			return nil, status.Error(codes.InvalidArgument, "stream closed before Hello")
+		}
+		return nil, err
+	case <-t.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no Hello within %s", wait)
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case <-s.stopping:
+		return nil, status.Error(codes.Unavailable, errShutdown.Error())
+	}
+}
+
+// attach records the hello, makes sess the node's stream (ending an older
+// one), puts the node back in the state its newest results give, and
+// builds the Welcome.
+func (s *Server) attach(ctx context.Context, sess *session, hello *pb.Hello) (*pb.CoordinatorMessage, error) {
+	now := s.now()
+	var inv *report.Inventory
+	if hello.GetInventory() != nil {
+		i := inventoryFromProto(hello.GetInventory())
+		inv = &i
+	}
+	node, existed, err := s.store.NodeJoined(ctx, store.Join{
+		Node: sess.node, Labels: hello.GetLabels(), Inventory: inv,
+		AgentVersion: hello.GetAgentVersion(), ProtocolVersion: hello.GetProtocolVersion(), At: now,
+		InitialState: StateInitializing, InitialReason: "joined, no full result yet",
+	})
+	if err != nil {
+		return nil, err
+	}
+	known, err := s.store.KnownResultIDs(ctx, sess.node, now.Add(-knownIDsWindow), knownIDsMax)
+	if err != nil {
+		return nil, err
+	}
+
+	e := s.reg.entry(sess.node)
+	sess.entry = e
+	e.mu.Lock()
+	old := e.sess
+	e.sess = sess
+	e.load(node)
+	if old != nil {
+		old.end(errReplaced)
+	}
+	state, reason := node.State, node.StateReason
+	if !campaignOwned(state) {
+		state, reason = deriveState(e.checks, e.hasFull)
+	}
+	cause := ""
+	if existed && state != node.State {
+		cause = "agent reconnected; " + reason
+	}
+	s.setState(ctx, e, state, reason, cause, nil, now)
+	e.mu.Unlock()
+
+	switch {
+	case old != nil:
+		s.event(ctx, sess.node, store.EventConnection, sess.id.Actor(), "stream replaced by a newer one")
+		sess.log.Warn().Msg("a second stream for this node replaced the first")
+	case !existed:
+		s.event(ctx, sess.node, store.EventConnection, sess.id.Actor(),
+			fmt.Sprintf("node joined (agent %s, protocol %s)", hello.GetAgentVersion(), hello.GetProtocolVersion()))
+	}
+	return &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_Welcome{Welcome: &pb.Welcome{
+		CoordinatorVersion:  s.opts.Version,
+		ProtocolVersion:     ProtocolVersion,
+		KnownResultIds:      known,
+		HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
+	}}}, nil
+}
+
+// detach runs when a stream ends: unless a newer stream took the node
+// over, the node is disconnected and, unless the coordinator itself is
+// stopping, unreachable.
+func (s *Server) detach(sess *session, cause error) {
+	sess.end(cause)
+	e := sess.entry
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sess != sess {
+		return
+	}
+	e.sess = nil
+	off := false
+	now := s.now()
+	select {
+	case <-s.stopping:
+		s.setState(ctx, e, e.state, e.reason, "", &off, now)
+		return
+	default:
+	}
+	state, reason := StateUnreachable, cause.Error()
+	if campaignOwned(e.state) {
+		state, reason = e.state, e.reason
+	}
+	sess.log.Warn().Str("reason", cause.Error()).Msg("agent stream ended")
+	s.setState(ctx, e, state, reason, "", &off, now)
+}
+
+func (s *Server) event(ctx context.Context, node, kind, actor, msg string) {
+	if err := s.store.AddEvent(ctx, store.Event{Time: s.now(), Node: node, Kind: kind, Actor: actor, Message: msg}); err != nil {
+		s.log.Error().Err(err).Str("node", node).Str("kind", kind).Msg("record event")
+	}
+}
+
+func ackMsg(a *pb.Ack) *pb.CoordinatorMessage {
+	return &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_Ack{Ack: a}}
+}
+
+// handleResult stores one result and acks it once durable.
+func (x *session) handleResult(r *pb.Result) {
+	s := x.s
+	log := x.log.With().Str("result", r.GetId()).Str("work", r.GetWorkId()).Logger()
+	if r.GetNode() != x.node {
+		// A node speaks only for itself.
+		s.refused.Add(1)
+		why := fmt.Sprintf("result %s claims node %q; this stream speaks for %q", r.GetId(), r.GetNode(), x.node)
+		log.Warn().Str("claimed", r.GetNode()).Msg("result for another node refused")
+		s.event(x.ctx, x.node, store.EventRefused, x.id.Actor(), why)
+		x.send(ackMsg(&pb.Ack{ResultId: r.GetId(), Refused: why}))
+		return
+	}
+	refuse := func(why string) {
+		s.refused.Add(1)
+		x.send(ackMsg(&pb.Ack{ResultId: r.GetId(), Refused: why}))
+		if w := s.works.get(r.GetWorkId()); w != nil {
+			w.finish(x.node, &pb.NodeOutcome{Node: x.node, Status: string(report.Error), Reason: "result refused: " + why, ResultId: r.GetId()})
+		}
+	}
+	res := resultFromProto(r)
+	ack, err := s.store.Ingest(x.ctx, res)
+	switch {
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrIDConflict):
+		log.Warn().Err(err).Msg("result refused")
+		refuse(err.Error())
+		return
+	case err != nil:
+		if x.ctx.Err() != nil {
+			return // the stream ended first; the agent still holds the result
+		}
+		log.Error().Err(err).Msg("result not stored")
+		x.end(&storeError{err})
+		return
+	}
+	x.send(ackMsg(&pb.Ack{ResultId: ack.ResultID, Duplicate: ack.Duplicate, StoredUnixMs: ack.Stored.UnixMilli()}))
+	if ack.Duplicate {
+		s.duplicates.Add(1)
+	} else {
+		s.acked.Add(1)
+		s.applyResult(x, &res)
+	}
+	if res.WorkID != "" {
+		s.works.result(res.WorkID, x.node, &res)
+	}
+}
+
+// applyResult moves the node to the state its newest checks give.
+func (s *Server) applyResult(x *session, r *store.Result) {
+	e := x.entry
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.merge(r)
+	if e.sess == nil || campaignOwned(e.state) {
+		return // the stream is gone (unreachable wins) or a campaign owns the node
+	}
+	state, reason := deriveState(e.checks, e.hasFull)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s.setState(ctx, e, state, reason, "", nil, s.now())
+}

@@ -1,0 +1,107 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/store"
+)
+
+// oneCheck is the benchmark's unit: one check on one node, one result.
+func oneCheck(node string, i int) *pb.Result {
+	now := time.Now().UnixMilli()
+	return &pb.Result{
+		Id: fmt.Sprintf("%s-%d", node, i), Node: node, StartedUnixMs: now - 3, FinishedUnixMs: now, Status: "pass",
+		Checks: []*pb.CheckResult{{Name: "gpu.ecc", Status: "pass", DurationMs: 2.5,
+			Metrics: map[string]float64{"gpu0.ecc.dram_uncorrectable": 0, "gpu0.ecc.sram_correctable": 3}}},
+	}
+}
+
+// BenchmarkIngest measures check results stored per second, end to end:
+// agents on loopback gRPC send results (a window of unacked ones each),
+// the coordinator batches them into the store and acks each once durable.
+// The "store" case drives the store's batched ingest directly.
+func BenchmarkIngest(b *testing.B) {
+	b.Run("grpc", func(b *testing.B) {
+		s := testServer(b, b.TempDir(), func(c *Config) { c.HeartbeatInterval = time.Minute })
+		const agents, window = 256, 64
+		as := make([]*fakeAgent, agents)
+		for i := range as {
+			as[i] = mustConnect(b, s, fmt.Sprintf("bench-%03d", i))
+		}
+		b.ResetTimer()
+		var wg sync.WaitGroup
+		for i, a := range as {
+			per := b.N / agents
+			if i < b.N%agents {
+				per++
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				slots := make(chan struct{}, window)
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for n := 0; n < per; {
+						m := <-a.in
+						if m.GetAck() != nil {
+							<-slots
+							n++
+						}
+					}
+				}()
+				for j := 0; j < per; j++ {
+					slots <- struct{}{}
+					a.sendResult(oneCheck(a.node, j))
+				}
+				<-done
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "results/s")
+		st := s.Stats().Store
+		if st.Batches > 0 {
+			b.ReportMetric(float64(st.Results)/float64(st.Batches), "results/commit")
+		}
+	})
+	b.Run("store", func(b *testing.B) {
+		db, err := store.Open(context.Background(), store.Options{Dir: b.TempDir(), Logger: zerolog.Nop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		b.ResetTimer()
+		// A 1,000-node fleet, two results in flight per node, so the writer
+		// always has the next batch queued while it commits one.
+		var wg sync.WaitGroup
+		const nodes, workers = 1000, 2000
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < b.N; i += workers {
+					r := resultFromProto(oneCheck(fmt.Sprintf("node-%04d", w%nodes), i))
+					if _, err := db.Ingest(context.Background(), r); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "results/s")
+		st := db.Stats()
+		if st.Batches > 0 {
+			b.ReportMetric(float64(st.Results)/float64(st.Batches), "results/commit")
+		}
+	})
+}

@@ -1,0 +1,239 @@
+package coordinator
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/store"
+)
+
+// Outcome statuses beyond a result's own pass|warn|fail|error.
+const (
+	OutcomeRefused     = "refused"
+	OutcomeTimeout     = "timeout"
+	OutcomeUnreachable = "unreachable"
+)
+
+// workTable holds the RunCheck calls in progress, by work id, so that work
+// status and results coming in on agent streams find their call.
+type workTable struct {
+	mu sync.RWMutex
+	m  map[string]*work
+}
+
+func newWorkTable() *workTable { return &workTable{m: make(map[string]*work)} }
+
+func (t *workTable) add(w *work) {
+	t.mu.Lock()
+	t.m[w.id] = w
+	t.mu.Unlock()
+}
+
+func (t *workTable) remove(id string) {
+	t.mu.Lock()
+	delete(t.m, id)
+	t.mu.Unlock()
+}
+
+func (t *workTable) get(id string) *work {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.m[id]
+}
+
+func (t *workTable) len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.m)
+}
+
+// status applies an agent's WorkStatus.
+func (t *workTable) status(node string, ws *pb.WorkStatus) {
+	w := t.get(ws.GetWorkId())
+	if w == nil {
+		return // finished or never ours: nothing waits for it
+	}
+	switch ws.GetState() {
+	case pb.WorkStatus_STATE_ACCEPTED:
+		w.accept(node)
+	case pb.WorkStatus_STATE_REFUSED:
+		reason := ws.GetReason()
+		if reason == "" {
+			reason = "refused by the agent"
+		}
+		w.finish(node, &pb.NodeOutcome{Node: node, Status: OutcomeRefused, Reason: reason})
+	case pb.WorkStatus_STATE_DONE:
+		if ws.GetResultId() == "" {
+			reason := ws.GetReason()
+			if reason == "" {
+				reason = "agent reported done without a result"
+			}
+			w.finish(node, &pb.NodeOutcome{Node: node, Status: string(report.Error), Reason: reason})
+		}
+		// With a result id, the result itself (acked once stored) decides.
+	}
+}
+
+// result records a stored result that carries a work id.
+func (t *workTable) result(workID, node string, r *store.Result) {
+	w := t.get(workID)
+	if w == nil {
+		return
+	}
+	w.finish(node, &pb.NodeOutcome{Node: node, Status: string(r.Status), Reason: resultReason(r), ResultId: r.ID})
+}
+
+// resultReason names a result's checks that did not pass, worst first.
+func resultReason(r *store.Result) string {
+	var bad []store.CheckState
+	for _, c := range r.Checks {
+		switch c.Status {
+		case report.Fail, report.Error, report.Warn:
+			bad = append(bad, store.CheckState{Name: c.Name, Status: c.Status, Detail: store.CheckDetail(c)})
+		}
+	}
+	return describe(bad)
+}
+
+// target is one node a work was sent to.
+type target struct {
+	sess     *session // nil when the node was not connected
+	accepted bool
+	outcome  *pb.NodeOutcome
+}
+
+// work tracks one RunCheck call.
+type work struct {
+	id      string
+	changed chan struct{} // a non-blocking nudge: progress moved
+
+	mu                                   sync.Mutex
+	targets                              map[string]*target
+	pending                              int
+	done, refused, failed, unreach, tout int
+}
+
+func newWork(id string) *work {
+	return &work{id: id, changed: make(chan struct{}, 1), targets: make(map[string]*target)}
+}
+
+// newWorkID makes an id an operator can read and nobody can guess twice.
+func newWorkID(now time.Time) string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand does not fail on supported platforms; the clock alone
+		// still makes a usable id.
+		return fmt.Sprintf("w-%s", now.UTC().Format("20060102T150405.000000000"))
+	}
+	return fmt.Sprintf("w-%s-%s", now.UTC().Format("20060102T150405"), hex.EncodeToString(b[:]))
+}
+
+func (w *work) addTarget(node string, sess *session) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.targets[node]; ok {
+		return
+	}
+	w.targets[node] = &target{sess: sess}
+	w.pending++
+}
+
+func (w *work) nudge() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (w *work) accept(node string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.targets[node]; t != nil {
+		t.accepted = true
+	}
+}
+
+// finish sets a node's outcome once; later ones are ignored.
+func (w *work) finish(node string, o *pb.NodeOutcome) {
+	w.mu.Lock()
+	t := w.targets[node]
+	if t == nil || t.outcome != nil {
+		w.mu.Unlock()
+		return
+	}
+	t.outcome = o
+	w.pending--
+	w.done++
+	switch o.Status {
+	case OutcomeRefused:
+		w.refused++
+	case string(report.Fail), string(report.Error):
+		w.failed++
+	case OutcomeUnreachable:
+		w.unreach++
+	case OutcomeTimeout:
+		w.tout++
+	}
+	w.mu.Unlock()
+	w.nudge()
+}
+
+func (w *work) complete() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pending == 0
+}
+
+// expire gives every node still pending its outcome at the deadline: a
+// node whose stream is gone is unreachable, one still connected timed out.
+func (w *work) expire(timeout time.Duration) {
+	w.mu.Lock()
+	var late []string
+	for node, t := range w.targets {
+		if t.outcome == nil {
+			late = append(late, node)
+		}
+	}
+	w.mu.Unlock()
+	for _, node := range late {
+		w.mu.Lock()
+		t := w.targets[node]
+		sess, accepted := t.sess, t.accepted
+		w.mu.Unlock()
+		o := &pb.NodeOutcome{Node: node}
+		switch {
+		case sess == nil || sess.ctx.Err() != nil:
+			o.Status, o.Reason = OutcomeUnreachable, "stream lost during the run"
+		case accepted:
+			o.Status, o.Reason = OutcomeTimeout, fmt.Sprintf("accepted, no result within %s", timeout)
+		default:
+			o.Status, o.Reason = OutcomeTimeout, fmt.Sprintf("no answer within %s", timeout)
+		}
+		w.finish(node, o)
+	}
+}
+
+// progress is the message an operator sees; outcomes only when final.
+func (w *work) progress(final bool) *pb.RunCheckProgress {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := &pb.RunCheckProgress{
+		Total: int32(len(w.targets)), Done: int32(w.done), Refused: int32(w.refused), Failed: int32(w.failed),
+		Unreachable: int32(w.unreach), TimedOut: int32(w.tout), Final: final, WorkId: w.id,
+	}
+	if final {
+		for _, t := range w.targets {
+			if t.outcome != nil {
+				p.Outcomes = append(p.Outcomes, t.outcome)
+			}
+		}
+		sort.Slice(p.Outcomes, func(i, j int) bool { return p.Outcomes[i].Node < p.Outcomes[j].Node })
+	}
+	return p
+}

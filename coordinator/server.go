@@ -1,0 +1,481 @@
+// Package coordinator is the fleet's centre: agents stream in over gRPC
+// (AgentService.Connect), operators call OperatorService, and every result,
+// node state and event lands in the store before it is acknowledged.
+//
+// Scale: one goroutine pair per agent stream (receive and send), a bounded
+// send queue per stream, and no global lock held while sending or storing:
+// a dispatch to 10,000 agents is 10,000 non-blocking queue writes.
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/store"
+)
+
+// ErrNoTransportSecurity is returned by New when the config is not marked
+// insecure and no transport credentials were given.
+var ErrNoTransportSecurity = errors.New("no transport credentials: set insecure: true to serve plaintext gRPC, or configure TLS")
+
+// Options carry what the caller wires in.
+type Options struct {
+	Logger zerolog.Logger
+	// Version is the coordinator's build version, sent in Welcome.
+	Version string
+	// Credentials secure the gRPC listener; nil needs Config.Insecure.
+	Credentials credentials.TransportCredentials
+	// UnaryInterceptors and StreamInterceptors run, in order, before the
+	// services (authorization, metrics).
+	UnaryInterceptors  []grpc.UnaryServerInterceptor
+	StreamInterceptors []grpc.StreamServerInterceptor
+	// GRPCOptions are appended to the gRPC server's options.
+	GRPCOptions []grpc.ServerOption
+	// Identify finds a caller's identity (default PeerIdentity).
+	Identify IdentifyFunc
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is a coordinator. New builds it, Start opens the store and the
+// listeners, Stop ends it; Serve does all three.
+type Server struct {
+	cfg  Config
+	opts Options
+	log  zerolog.Logger
+	now  func() time.Time
+
+	mux   *http.ServeMux
+	ready atomic.Bool
+
+	reg   *registry
+	works *workTable
+
+	acked, duplicates, refused atomic.Uint64
+
+	mu        sync.Mutex // guards the fields below, set by Start and Stop
+	started   bool
+	stopped   bool
+	store     *store.Store
+	grpc      *grpc.Server
+	http      *http.Server
+	grpcLis   net.Listener
+	httpLis   net.Listener
+	startedAt time.Time
+	bgCancel  context.CancelFunc
+	bg        sync.WaitGroup
+	serving   sync.WaitGroup
+
+	// stopping is closed when Stop begins: streams then end without
+	// marking their nodes unreachable (the coordinator left, not them).
+	stopping chan struct{}
+}
+
+// New checks the config and builds a server; nothing is opened yet.
+func New(cfg Config, opts Options) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.Insecure && opts.Credentials == nil {
+		return nil, fmt.Errorf("coordinator: %w", ErrNoTransportSecurity)
+	}
+	if opts.Identify == nil {
+		opts.Identify = PeerIdentity
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	s := &Server{
+		cfg:      cfg,
+		opts:     opts,
+		log:      opts.Logger,
+		now:      opts.Now,
+		mux:      http.NewServeMux(),
+		reg:      newRegistry(),
+		works:    newWorkTable(),
+		stopping: make(chan struct{}),
+	}
+	s.mux.HandleFunc("/healthz", s.healthz)
+	return s, nil
+}
+
+// HTTPHandler serves /healthz, and whatever was added to HTTPMux.
+func (s *Server) HTTPHandler() http.Handler { return s.mux }
+
+// HTTPMux is the HTTP server's mux, so /metrics can be mounted on it.
+func (s *Server) HTTPMux() *http.ServeMux { return s.mux }
+
+// healthz says 503 until the store is open and recovered, then 200.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !s.ready.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not serving")
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// Ready reports whether the store is open and recovered.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// GRPCAddr is the gRPC listener's address once started (useful with :0).
+func (s *Server) GRPCAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpcLis == nil {
+		return nil
+	}
+	return s.grpcLis.Addr()
+}
+
+// HTTPAddr is the HTTP listener's address once started; nil when off.
+func (s *Server) HTTPAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.httpLis == nil {
+		return nil
+	}
+	return s.httpLis.Addr()
+}
+
+// Store is the open store, for in-process callers (the demo); nil before
+// Start.
+func (s *Server) Store() *store.Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.store
+}
+
+// Start binds the HTTP listener (so /healthz answers at once), opens and
+// recovers the store, binds the gRPC listener and serves both in the
+// background. ctx bounds the start only.
+func (s *Server) Start(ctx context.Context) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("coordinator: already started")
+	}
+	s.started = true
+	defer func() {
+		if err != nil {
+			s.closeLocked(context.Background()) //nolint:errcheck // the start error says more
+		}
+	}()
+	if s.cfg.HTTPListen != "off" {
+		s.httpLis, err = net.Listen("tcp", s.cfg.HTTPListen)
+		if err != nil {
+			return fmt.Errorf("coordinator: http listen: %w", err)
+		}
+		s.http = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+		s.serving.Add(1)
+		go func() {
+			defer s.serving.Done()
+			if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error().Err(err).Msg("http server stopped")
+			}
+		}()
+	}
+
+	s.store, err = store.Open(ctx, store.Options{
+		Dir:        s.cfg.DataDir,
+		MaxBatch:   s.cfg.Batch.MaxResults,
+		BatchDelay: s.cfg.Batch.Delay,
+		Logger:     s.log,
+		Now:        s.now,
+	})
+	if err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	if err := s.recover(ctx); err != nil {
+		return fmt.Errorf("coordinator: recover: %w", err)
+	}
+
+	s.grpcLis, err = net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("coordinator: grpc listen: %w", err)
+	}
+	s.grpc = grpc.NewServer(s.grpcOptions()...)
+	pb.RegisterAgentServiceServer(s.grpc, &agentService{s: s})
+	pb.RegisterOperatorServiceServer(s.grpc, &operatorService{s: s})
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error().Err(err).Msg("grpc server stopped")
+		}
+	}()
+
+	s.startedAt = s.now()
+	bgctx, cancel := context.WithCancel(context.Background())
+	s.bgCancel = cancel
+	s.bg.Add(2)
+	go s.sweeper(bgctx)
+	go s.retention(bgctx)
+
+	s.ready.Store(true)
+	ev := s.log.Info().Str("grpc", s.grpcLis.Addr().String()).Str("data_dir", s.cfg.DataDir).
+		Str("protocol", ProtocolVersion)
+	if s.httpLis != nil {
+		ev = ev.Str("http", s.httpLis.Addr().String())
+	}
+	ev.Msg("coordinator serving")
+	if s.cfg.Insecure {
+		s.log.Warn().Msg("INSECURE: plaintext gRPC, no client authentication; any peer can claim any node")
+	}
+	return nil
+}
+
+func (s *Server) grpcOptions() []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.opts.UnaryInterceptors...),
+		grpc.ChainStreamInterceptor(s.opts.StreamInterceptors...),
+		// Agents keep their stream open; let them ping it every 10s.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.MaxRecvMsgSize(16 << 20),
+	}
+	if s.opts.Credentials != nil {
+		opts = append(opts, grpc.Creds(s.opts.Credentials))
+	}
+	return append(opts, s.opts.GRPCOptions...)
+}
+
+// recover brings the live view back from the store: no stream is open
+// after a restart, so every node is marked disconnected, keeping its state
+// until the startup grace says whether its agent came back.
+func (s *Server) recover(ctx context.Context) error {
+	n, err := s.store.MarkAllDisconnected(ctx)
+	if err != nil {
+		return err
+	}
+	nodes, err := s.store.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, node := range nodes {
+		e := s.reg.entry(node.Name)
+		e.mu.Lock()
+		e.load(node)
+		e.mu.Unlock()
+	}
+	s.log.Info().Int("nodes", len(nodes)).Int("were_connected", n).Msg("store recovered")
+	return nil
+}
+
+// Serve starts the server and runs it until ctx is done, then stops it
+// gracefully.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return s.Stop(stopCtx)
+}
+
+// Stop ends every agent stream (agents reconnect elsewhere or later),
+// lets unary calls finish until ctx is done, commits queued results and
+// closes the store.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started || s.stopped {
+		return nil
+	}
+	s.stopped = true
+	s.ready.Store(false)
+	close(s.stopping)
+	s.log.Info().Msg("coordinator stopping")
+	return s.closeLocked(ctx)
+}
+
+// closeLocked releases whatever Start opened; s.mu is held.
+func (s *Server) closeLocked(ctx context.Context) error {
+	if s.bgCancel != nil {
+		s.bgCancel()
+		s.bg.Wait()
+	}
+	if s.grpc != nil {
+		for _, sess := range s.reg.sessions() {
+			sess.end(errShutdown)
+		}
+		done := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpc.Stop()
+			<-done
+		}
+	} else if s.grpcLis != nil {
+		s.grpcLis.Close()
+	}
+	var errs []error
+	if s.http != nil {
+		if err := s.http.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+			s.http.Close()
+		}
+	} else if s.httpLis != nil {
+		s.httpLis.Close()
+	}
+	s.serving.Wait()
+	if s.store != nil {
+		if err := s.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sweeper runs once per heartbeat interval: it sends heartbeats, closes
+// streams silent for three intervals, records last-seen times in one
+// transaction, and after the startup grace marks nodes whose agents did
+// not come back unreachable.
+func (s *Server) sweeper(ctx context.Context) {
+	defer s.bg.Done()
+	iv := s.cfg.HeartbeatInterval
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	graceDone := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := s.now()
+		seen := make(map[string]time.Time)
+		hb := &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_Heartbeat{Heartbeat: &pb.Heartbeat{UnixMs: now.UnixMilli()}}}
+		for _, sess := range s.reg.sessions() {
+			last := sess.lastRecv()
+			if silent := now.Sub(last); silent > 3*iv {
+				sess.end(&silenceError{silent: silent, interval: iv})
+				continue
+			}
+			sess.trySend(hb) // a full queue is busy anyway: the heartbeat can wait
+			if sess.touched.Swap(last.UnixNano()) != last.UnixNano() {
+				seen[sess.node] = last
+			}
+		}
+		if err := s.store.TouchNodes(ctx, seen); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("record last seen")
+		}
+		if !graceDone && now.Sub(s.startedAt) >= 3*iv {
+			graceDone = true
+			s.markAbsent(ctx, now)
+		}
+	}
+}
+
+// markAbsent marks nodes whose agents did not reconnect after a restart.
+func (s *Server) markAbsent(ctx context.Context, now time.Time) {
+	for _, e := range s.reg.all() {
+		e.mu.Lock()
+		if e.sess == nil && e.state != StateUnreachable && !campaignOwned(e.state) && e.state != "" {
+			reason := fmt.Sprintf("agent did not reconnect within %s of coordinator start", 3*s.cfg.HeartbeatInterval)
+			s.setState(ctx, e, StateUnreachable, reason, "", nil, now)
+		}
+		e.mu.Unlock()
+	}
+}
+
+// retentionEvery is how often raw results past retention are deleted.
+const retentionEvery = time.Hour
+
+func (s *Server) retention(ctx context.Context) {
+	defer s.bg.Done()
+	t := time.NewTicker(retentionEvery)
+	defer t.Stop()
+	for {
+		cut := s.now().AddDate(0, 0, -s.cfg.RetentionDays)
+		st, err := s.store.Prune(ctx, cut)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn().Err(err).Msg("retention")
+		case st.Results > 0:
+			s.log.Info().Int("results", st.Results).Int("check_results", st.CheckResults).
+				Time("before", cut).Msg("retention removed raw results")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// setState records a node's state when it or its reason changed; e.mu is
+// held by the caller. cause, when set, words the event.
+func (s *Server) setState(ctx context.Context, e *nodeEntry, state, reason, cause string, connected *bool, now time.Time) {
+	if state == e.state && reason == e.reason && connected == nil {
+		return
+	}
+	prev := e.state
+	changed, err := s.store.SetNodeState(ctx, store.StateChange{
+		Node: e.name, State: state, Reason: reason, Actor: "coordinator", At: now, Connected: connected, Cause: cause,
+	})
+	if err != nil {
+		s.log.Error().Err(err).Str("node", e.name).Str("state", state).Msg("record node state")
+		return
+	}
+	e.state, e.reason = state, reason
+	if changed {
+		s.log.Info().Str("node", e.name).Str("from", prev).Str("to", state).Str("reason", reason).Msg("node state changed")
+	}
+}
+
+// Stats is a snapshot of the coordinator's counters, for /metrics.
+type Stats struct {
+	ConnectedAgents  int
+	NodesByState     map[string]int
+	ResultsAcked     uint64 // stored for the first time
+	ResultsDuplicate uint64 // answered with the original ack
+	ResultsRefused   uint64 // never to be stored
+	ActiveWork       int    // RunCheck calls in progress
+	Store            store.Stats
+}
+
+// Stats returns the current counters.
+func (s *Server) Stats() Stats {
+	st := Stats{NodesByState: make(map[string]int)}
+	for _, e := range s.reg.all() {
+		e.mu.Lock()
+		if e.sess != nil {
+			st.ConnectedAgents++
+		}
+		if e.state != "" {
+			st.NodesByState[e.state]++
+		}
+		e.mu.Unlock()
+	}
+	st.ResultsAcked = s.acked.Load()
+	st.ResultsDuplicate = s.duplicates.Load()
+	st.ResultsRefused = s.refused.Load()
+	st.ActiveWork = s.works.len()
+	if db := s.Store(); db != nil {
+		st.Store = db.Stats()
+	}
+	return st
+}

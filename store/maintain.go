@@ -1,0 +1,163 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// PruneStats says what a retention pass removed.
+type PruneStats struct {
+	Results      int
+	CheckResults int
+}
+
+// pruneChunk bounds one delete transaction, so ingest is never held off
+// for long.
+const pruneChunk = 2000
+
+// Prune deletes raw results and check results stored before the cutoff.
+// Summaries, events, inventory history and each check's newest status
+// stay. Rows are appended in stored order, so the old ones are a prefix of
+// each table in rowid order: no index on time is needed (and none is paid
+// for on every insert).
+func (s *Store) Prune(ctx context.Context, before time.Time) (PruneStats, error) {
+	var st PruneStats
+	cut := ms(before)
+	for _, t := range []struct {
+		table string
+		count *int
+	}{{"check_results", &st.CheckResults}, {"results", &st.Results}} {
+		for {
+			n, err := s.prunePrefix(ctx, t.table, cut)
+			*t.count += n
+			if err != nil {
+				return st, err
+			}
+			if n < pruneChunk {
+				break
+			}
+		}
+	}
+	return st, nil
+}
+
+// prunePrefix deletes up to pruneChunk of the table's oldest rows while
+// they were stored before cut, and says how many went.
+func (s *Store) prunePrefix(ctx context.Context, table string, cut int64) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("prune %s: %w", table, err)
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("prune %s: %w", table, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	rows, err := tx.QueryContext(ctx, `SELECT rowid, stored FROM `+table+` ORDER BY rowid LIMIT ?`, pruneChunk)
+	if err != nil {
+		return 0, fmt.Errorf("prune %s: %w", table, err)
+	}
+	var last int64
+	n := 0
+	for rows.Next() {
+		var rowid, stored int64
+		if err := rows.Scan(&rowid, &stored); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("prune %s: %w", table, err)
+		}
+		if stored >= cut {
+			break
+		}
+		last = rowid
+		n++
+	}
+	if err := rows.Close(); err != nil {
+		return 0, fmt.Errorf("prune %s: %w", table, err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE rowid <= ?`, last); err != nil {
+		return 0, fmt.Errorf("prune %s: %w", table, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("prune %s: commit: %w", table, err)
+	}
+	return n, nil
+}
+
+// Backup writes a consistent copy of the open database to dest (a file
+// that must not exist yet) while the store keeps serving.
+func (s *Store) Backup(ctx context.Context, dest string) error {
+	return backupFile(ctx, s.path, dest)
+}
+
+// BackupDir writes a consistent copy of the database in a data directory
+// to dest. It works whether or not a coordinator has the directory open:
+// SQLite lets another process read a WAL database, and VACUUM INTO copies
+// one snapshot. It never creates or migrates a database.
+func BackupDir(ctx context.Context, dir, dest string) error {
+	path := filepath.Join(dir, FileName)
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("backup: %w in %s", ErrNotInitialized, dir)
+		}
+		return fmt.Errorf("backup: %w", err)
+	}
+	return backupFile(ctx, path, dest)
+}
+
+func backupFile(ctx context.Context, src, dest string) error {
+	abs, err := filepath.Abs(dest)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if _, err := os.Lstat(abs); err == nil {
+		return fmt.Errorf("backup: %s already exists", abs)
+	}
+	// A dedicated connection: the writer keeps ingesting meanwhile, and
+	// VACUUM INTO is only a read of the source.
+	db := openDB(dsn(src, url.Values{"mode": {"rw"}, "_busy_timeout": {"10000"}}))
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	v, err := schemaVersion(ctx, db)
+	if err != nil {
+		return fmt.Errorf("backup %s: %w: %w", src, ErrNotInitialized, err)
+	}
+	if v == 0 {
+		return fmt.Errorf("backup %s: %w", src, ErrNotInitialized)
+	}
+	// Write beside the destination and rename, so a failed backup never
+	// leaves a file that looks complete.
+	tmp := abs + ".partial"
+	_ = os.Remove(tmp)
+	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, tmp); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("backup %s to %s: %w", src, abs, err)
+	}
+	if err := syncFile(tmp); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("backup: %w", err)
+	}
+	if err := os.Rename(tmp, abs); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("backup: %w", err)
+	}
+	return nil
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,328 @@
+// Package store keeps the coordinator's durable state in SQLite: nodes and
+// their inventory history, results (one row per inspection pass) and check
+// results (one row per check on one node), the latest status of every check
+// of every node, daily summaries that outlive retention, and the event log.
+//
+// The database lives in one file in a data directory, in WAL mode with
+// synchronous=NORMAL: a committed transaction survives a crash of the
+// process (the WAL is on disk), while only an OS crash or power loss can
+// take the last few commits back. Results go through one writer goroutine
+// that groups many of them into one transaction; Ingest returns only after
+// the transaction holding its result committed.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	// The SQLite driver: cgo, so the race detector does not instrument its C code.
+	"github.com/mattn/go-sqlite3"
+	"github.com/rs/zerolog"
+)
+
+// FileName is the database file's name inside the data directory.
+const FileName = "fleetcheck.db"
+
+// Sentinel errors; test them with errors.Is.
+var (
+	ErrClosed         = errors.New("store closed")
+	ErrNotFound       = errors.New("not found")
+	ErrIDConflict     = errors.New("result id already stored for another node")
+	ErrInvalid        = errors.New("invalid result")
+	ErrSchemaTooNew   = errors.New("database schema is newer than this fleetcheck")
+	ErrNotInitialized = errors.New("no fleetcheck database")
+	ErrLocked         = errors.New("data directory in use by another process")
+)
+
+// Options configure Open. Zero values take the defaults.
+type Options struct {
+	// Dir is the data directory; it is created when missing.
+	Dir string
+	// MaxBatch is the most results one transaction commits (default 512).
+	MaxBatch int
+	// BatchDelay is how long the writer waits for more results once one is
+	// queued and the batch is not full (default 2ms; negative: do not wait,
+	// commit what is queued).
+	BatchDelay time.Duration
+	// QueueSize bounds the results waiting for the writer (default 8192);
+	// Ingest blocks when it is full.
+	QueueSize int
+	// Logger receives the store's log lines.
+	Logger zerolog.Logger
+	// Now is the clock (default time.Now); tests set it.
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 512
+	}
+	if o.BatchDelay == 0 {
+		o.BatchDelay = 2 * time.Millisecond
+	}
+	if o.BatchDelay < 0 {
+		o.BatchDelay = 0
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 8192
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Store is an open database. Its methods are safe for concurrent use.
+type Store struct {
+	opts Options
+	log  zerolog.Logger
+	path string
+	w    *sql.DB // one connection: SQLite has one writer at a time
+	r    *sql.DB // readers, which WAL lets run beside the writer
+
+	// mu guards closed and the send side of ingest against Close.
+	mu         sync.RWMutex
+	closed     bool
+	ingest     chan *ingestReq
+	writerDone chan struct{}
+	ckptStop   chan struct{}
+	ckptDone   chan struct{}
+	lock       *os.File // held while open
+
+	batches   atomic.Uint64
+	committed atomic.Uint64
+	commitNS  atomic.Uint64
+}
+
+// Stats counts the writer's work since Open.
+type Stats struct {
+	Batches    uint64        // transactions committed by the writer
+	Results    uint64        // results in them, duplicates included
+	CommitTime time.Duration // time spent in those transactions
+}
+
+// Stats returns the writer's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Batches:    s.batches.Load(),
+		Results:    s.committed.Load(),
+		CommitTime: time.Duration(s.commitNS.Load()),
+	}
+}
+
+// dsn builds a go-sqlite3 connection string. The file: form keeps odd
+// characters in the path from being taken for parameters.
+func dsn(path string, params url.Values) string {
+	u := url.URL{Scheme: "file", Opaque: (&url.URL{Path: path}).EscapedPath(), RawQuery: params.Encode()}
+	return u.String()
+}
+
+func writerDSN(path string, mode string) string {
+	return dsn(path, url.Values{
+		"mode":             {mode},
+		"_journal_mode":    {"WAL"},
+		"_synchronous":     {"NORMAL"},
+		"_busy_timeout":    {"10000"},
+		"_txlock":          {"immediate"},
+		"_foreign_keys":    {"0"},
+		"_stmt_cache_size": {"64"},
+		"_cache_size":      {"-65536"},
+	})
+}
+
+func readerDSN(path string) string {
+	return dsn(path, url.Values{
+		"mode":             {"rw"},
+		"_busy_timeout":    {"10000"},
+		"_query_only":      {"1"},
+		"_stmt_cache_size": {"32"},
+	})
+}
+
+// Open opens (creating when needed) the database in opts.Dir, brings its
+// schema up to date and starts the writer. Close it when done.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts.defaults()
+	if opts.Dir == "" {
+		return nil, errors.New("open store: no data directory")
+	}
+	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	path := filepath.Join(opts.Dir, FileName)
+	lock, err := lockDir(path + ".lock")
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s, err := openStore(ctx, opts, path)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+func openStore(ctx context.Context, opts Options, path string) (*Store, error) {
+	// The writer leaves checkpoints to the checkpointer goroutine, so a
+	// commit never pays for copying the WAL into the database file.
+	w := openDB(writerDSN(path, "rwc"), "PRAGMA wal_autocheckpoint = 0")
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	if err := checkJournal(ctx, w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := migrate(ctx, w, len(migrations()), opts.Now); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	r := openDB(readerDSN(path))
+	r.SetMaxOpenConns(8)
+	r.SetMaxIdleConns(8)
+	s := &Store{
+		opts:       opts,
+		log:        opts.Logger,
+		path:       path,
+		w:          w,
+		r:          r,
+		ingest:     make(chan *ingestReq, opts.QueueSize),
+		writerDone: make(chan struct{}),
+		ckptStop:   make(chan struct{}),
+		ckptDone:   make(chan struct{}),
+	}
+	ck := openDB(dsn(path, url.Values{"mode": {"rw"}, "_busy_timeout": {"10000"}}))
+	ck.SetMaxOpenConns(1)
+	go s.writer()
+	go s.checkpointer(ck)
+	return s, nil
+}
+
+// connector opens go-sqlite3 connections without registering a driver
+// name globally; each new connection runs the setup statements.
+type connector struct {
+	dsn string
+	drv *sqlite3.SQLiteDriver
+}
+
+func (c connector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c connector) Driver() driver.Driver                        { return c.drv }
+
+func openDB(dsn string, setup ...string) *sql.DB {
+	drv := &sqlite3.SQLiteDriver{ConnectHook: func(conn *sqlite3.SQLiteConn) error {
+		for _, q := range setup {
+			if _, err := conn.Exec(q, nil); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	}}
+	return sql.OpenDB(connector{dsn: dsn, drv: drv})
+}
+
+// WAL sizes, in frames (pages), for the checkpointer.
+const (
+	checkpointEvery  = 500 * time.Millisecond
+	walRestartFrames = 64 << 10 // about 256 MiB of WAL: make writers wait for a full checkpoint
+)
+
+// checkpointer copies WAL frames into the database file in the
+// background. A passive checkpoint never blocks the writer; only a WAL
+// grown past walRestartFrames (readers kept it from being reset) gets a
+// checkpoint that waits for the writer, so the file cannot grow unbounded.
+func (s *Store) checkpointer(db *sql.DB) {
+	defer close(s.ckptDone)
+	defer db.Close()
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ckptStop:
+			return
+		case <-t.C:
+		}
+		var busy, frames, done int
+		if err := db.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &done); err != nil {
+			s.log.Warn().Err(err).Msg("store: checkpoint")
+			continue
+		}
+		if frames > walRestartFrames {
+			if err := db.QueryRow("PRAGMA wal_checkpoint(RESTART)").Scan(&busy, &frames, &done); err != nil {
+				s.log.Warn().Err(err).Msg("store: restart checkpoint")
+			}
+		}
+	}
+}
+
+// checkJournal makes sure the pragma took: a file on a filesystem without
+// shared memory would fall back silently and lose concurrency.
+func checkJournal(ctx context.Context, db *sql.DB) error {
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("journal mode is %q, want wal", mode)
+	}
+	return nil
+}
+
+// Path is the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close stops accepting results, commits the ones already queued, and
+// closes the database.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.ingest)
+	s.mu.Unlock()
+	<-s.writerDone
+	close(s.ckptStop)
+	<-s.ckptDone
+	// A checkpoint now keeps the next open from replaying a long WAL.
+	if _, err := s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		s.log.Warn().Err(err).Msg("store: checkpoint at close")
+	}
+	return errors.Join(s.r.Close(), s.w.Close(), s.lock.Close())
+}
+
+// SchemaVersion returns the schema version the database is at.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	return schemaVersion(ctx, s.r)
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
