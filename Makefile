@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN_DIR := $(CURDIR)/bin/tools
 FUZZTIME  ?= 60s
 
-.PHONY: help build test test-short bench demo proto proto-check lint fuzz clean
+.PHONY: help build test test-short bench demo demo-bundles proto proto-check lint fuzz clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -27,7 +27,10 @@ test-short: ## tests without the race detector
 bench: ## benchmarks: analyze of an 8-GPU bundle and each parser
 	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/...
 
-demo: build ## the main job on the embedded default
+demo: build ## the main job on the embedded default: a coordinator and 16 simulated nodes, faults, a fleet check
+	./$(BIN) demo
+
+demo-bundles: build ## analyze the example support bundles (a healthy node and two broken ones)
 	./scripts/demo.sh
 
 lint: ## gofmt and go vet

@@ -50,6 +50,6 @@ func newRoot() *cobra.Command {
 		Version:       version,
 	}
 	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd(), newAgentCmd(),
-		newCoordinatorCmd(), newNodesCmd(), newResultsCmd(), newCheckCmd(), newEventsCmd())
+		newCoordinatorCmd(), newNodesCmd(), newResultsCmd(), newCheckCmd(), newEventsCmd(), newCertsCmd(), newDemoCmd())
 	return root
 }
