@@ -28,10 +28,12 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/fleetcheck/fleetcheck/agent/spool"
 	"github.com/fleetcheck/fleetcheck/checks"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
+	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/host"
 	"github.com/fleetcheck/fleetcheck/inspect"
 	"github.com/fleetcheck/fleetcheck/report"
@@ -108,8 +110,16 @@ type Agent struct {
 
 	started atomic.Bool
 	ctx     context.Context // Run's context: requested checks outlive a stream
+	creds   credentials.TransportCredentials
 	spool   *spool.Spool
 	workWG  sync.WaitGroup
+
+	// actions and multi are the host's optional capabilities (nil when
+	// it has none), taken before the host is guarded.
+	actions host.ActionRunner
+	multi   host.MultiNodeRunner
+	reverts *revertKeeper
+	kick    chan struct{} // asks the schedule for a pass now
 
 	mu        sync.Mutex
 	state     *checks.State
@@ -118,6 +128,15 @@ type Agent struct {
 	work      map[string]*workItem
 	workOrder []string // ids in arrival order, to bound work
 	running   int
+	acts      map[string]*actionItem // by action id
+	actOrder  []string
+	// actRunning counts the actions running.
+	actRunning int
+	// reserved names who holds the node for a disruptive run ("" free);
+	// disruptiveRuns counts the single-node disruptive checks running.
+	reserved       string
+	disruptiveRuns int
+	peers          map[string]*peerRun // multi-node runs joined as a peer, by multi id
 	// activityErr is the last activity error, to log it once.
 	activityErr string
 }
@@ -156,7 +175,13 @@ func New(cfg *Config, h host.Host, logger zerolog.Logger, opts ...Option) (*Agen
 		enabled:    map[string]checks.Check{},
 		allPassive: map[string]bool{},
 		work:       map[string]*workItem{},
+		acts:       map[string]*actionItem{},
+		peers:      map[string]*peerRun{},
+		kick:       make(chan struct{}, 1),
 	}
+	a.actions, _ = h.(host.ActionRunner)
+	a.multi, _ = h.(host.MultiNodeRunner)
+	a.reverts = newRevertKeeper(cfg.StateDir, a.log, a.runRevert)
 	all := registry.All()
 	for _, c := range all {
 		a.known[c.Name()] = c
@@ -182,6 +207,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if !a.started.CompareAndSwap(false, true) {
 		return errors.New("agent: Run called twice")
 	}
+	// A certificate that cannot be read is a config error: say so now
+	// rather than retry a connection that can never succeed.
+	creds, certs, err := transport(a.cfg, a.log)
+	if err != nil {
+		return err
+	}
+	a.creds = creds
 	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -204,6 +236,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.state, a.inventory = p.Checks, p.Inventory
 	a.mu.Unlock()
+	// Timers a previous run armed must fire on time, stream or not.
+	if err := a.reverts.load(); err != nil {
+		return err
+	}
 	a.ctx = ctx
 	a.o.metrics.Spool(sp.Len(), sp.Bytes(), 0)
 	a.log.Info().Str("coordinator", a.cfg.Coordinator).Strs("enabled_checks", a.enabledNames).
@@ -212,6 +248,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.schedule(ctx) })
 	wg.Go(func() { a.connectLoop(ctx) })
+	wg.Go(func() { a.reverts.loop(ctx) })
+	if certs != nil {
+		// Handshakes reread changed files; this also logs a renewed or
+		// broken certificate while the stream stays up.
+		wg.Go(func() { certs.Run(ctx, 0) })
+	}
 	wg.Wait()
 	// Requested checks see ctx done; inspections return at once then.
 	a.workWG.Wait()
@@ -250,6 +292,7 @@ func (a *Agent) schedule(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-a.kick:
 		}
 	}
 }
@@ -285,8 +328,14 @@ func (a *Agent) quickPass(ctx context.Context) {
 // inspect reads the host and runs list, returning the result and the state
 // the pass leaves.
 func (a *Agent) inspect(ctx context.Context, list []checks.Check, prev *checks.State, workID string) (*Result, *checks.State) {
+	return a.inspectOn(ctx, a.host, &a.cfg.Checks, list, prev, workID)
+}
+
+// inspectOn is inspect on another view of the host or with another
+// checks config (a multi-node run).
+func (a *Agent) inspectOn(ctx context.Context, h host.Host, cfg *config.Config, list []checks.Check, prev *checks.State, workID string) (*Result, *checks.State) {
 	started := time.Now()
-	res := inspect.Run(ctx, a.host, inspect.Options{Config: &a.cfg.Checks, Checks: list, Prev: prev})
+	res := inspect.Run(ctx, h, inspect.Options{Config: cfg, Checks: list, Prev: prev})
 	finished := time.Now()
 	res.Report.Node = a.cfg.Node
 	full := len(a.allPassive) > 0

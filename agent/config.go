@@ -20,6 +20,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/checks/registry"
 	"github.com/fleetcheck/fleetcheck/compat"
 	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/pki"
 )
 
 // Config is the agent's configuration file (`fleetcheck agent --config FILE`).
@@ -64,6 +65,19 @@ type Config struct {
 	// Reconnect tunes the backoff between connection attempts.
 	Reconnect ReconnectConfig `yaml:"reconnect"`
 
+	// MetricsListen is where /metrics is served (Prometheus text format),
+	// "host:port"; "off" (or empty) serves nothing. Default:
+	// DefaultMetricsListen, loopback only.
+	MetricsListen string `yaml:"metrics_listen"`
+
+	// Actions are the only actions the coordinator may ask this agent to
+	// run, by name (driver upgrade, drill faults and their reverts); see
+	// ActionConfig.
+	Actions map[string]ActionConfig `yaml:"actions"`
+	// MultiNode, when set, lets this node launch and join multi-node
+	// all_reduce_perf runs; see MultiNodeConfig.
+	MultiNode *MultiNodeConfig `yaml:"multi_node"`
+
 	// Checks is the checks' configuration: expectations and limits.
 	Checks config.Config `yaml:"checks"`
 }
@@ -75,6 +89,12 @@ type TLSConfig struct {
 	KeyFile  string `yaml:"key_file"`
 	// ServerName overrides the name checked in the coordinator's certificate.
 	ServerName string `yaml:"server_name"`
+	// TrustDomain, when set, also requires the coordinator's certificate
+	// to carry spiffe://TRUST_DOMAIN/coordinator/NAME, so that another
+	// node's certificate (valid for server auth too) cannot pose as the
+	// coordinator. Leave it empty for a coordinator certificate from a PKI
+	// that writes no SPIFFE ID.
+	TrustDomain string `yaml:"trust_domain"`
 }
 
 // WorkConfig bounds the checks the coordinator asks for.
@@ -215,6 +235,10 @@ const (
 	DefaultReconnectInit  = time.Second
 	DefaultReconnectMax   = 30 * time.Second
 	DefaultStateDir       = "/var/lib/fleetcheck"
+	// DefaultMetricsListen keeps /metrics on loopback: a node's
+	// measurements are for the local Prometheus agent or a scraper
+	// reached through a tunnel, not for the whole network.
+	DefaultMetricsListen = "127.0.0.1:9478"
 )
 
 // ErrInvalid wraps every validation error of an agent config.
@@ -234,9 +258,10 @@ func DefaultConfig() *Config {
 			MaxTimeout:     config.Duration(DefaultMaxWorkTimeout),
 			MaxConcurrent:  DefaultMaxConcurrent,
 		},
-		Spool:     SpoolConfig{MaxResults: DefaultSpoolResults, MaxBytes: DefaultSpoolBytes},
-		Reconnect: ReconnectConfig{Initial: config.Duration(DefaultReconnectInit), Max: config.Duration(DefaultReconnectMax)},
-		Checks:    *config.Defaults(),
+		Spool:         SpoolConfig{MaxResults: DefaultSpoolResults, MaxBytes: DefaultSpoolBytes},
+		Reconnect:     ReconnectConfig{Initial: config.Duration(DefaultReconnectInit), Max: config.Duration(DefaultReconnectMax)},
+		MetricsListen: DefaultMetricsListen,
+		Checks:        *config.Defaults(),
 	}
 }
 
@@ -343,6 +368,16 @@ func (c *Config) Validate() error {
 	case !c.Insecure && (c.TLS.CAFile == "" || c.TLS.CertFile == "" || c.TLS.KeyFile == ""):
 		return bad("tls: ca_file, cert_file and key_file are required (or insecure: true for plaintext)")
 	}
+	if c.TLS.TrustDomain != "" {
+		if err := pki.ValidateTrustDomain(c.TLS.TrustDomain); err != nil {
+			return bad("tls.trust_domain: %v", err)
+		}
+	}
+	if c.MetricsListen != "off" && c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return bad("metrics_listen %q: want host:port, or off", c.MetricsListen)
+		}
+	}
 	if c.StateDir == "" {
 		return bad("state_dir is required")
 	}
@@ -383,6 +418,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Reconnect.Initial <= 0 || c.Reconnect.Max < c.Reconnect.Initial {
 		return bad("reconnect: need 0 < initial <= max")
+	}
+	if err := c.validateActions(); err != nil {
+		return err
 	}
 	if err := c.Checks.Validate(); err != nil {
 		return fmt.Errorf("%w: checks: %w", ErrInvalid, err)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -48,14 +49,14 @@ func TestLoopbackPlaintext(t *testing.T) {
 	waitFor(t, "a result over TCP", 5*time.Second, func() bool { return c.stored() >= 1 })
 }
 
-// pki is a throwaway CA with a server and a node certificate on disk.
-type pki struct {
+// testPKI is a throwaway CA with a server and a node certificate on disk.
+type testPKI struct {
 	dir        string
 	pool       *x509.CertPool
 	serverCert tls.Certificate
 }
 
-func newPKI(t *testing.T, node string) *pki {
+func newPKI(t *testing.T, node string) *testPKI {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -104,7 +105,7 @@ func newPKI(t *testing.T, node string) *pki {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	return &pki{dir: dir, pool: pool, serverCert: serverCert}
+	return &testPKI{dir: dir, pool: pool, serverCert: serverCert}
 }
 
 // spiffeCoord records the client certificate's identity of each stream.
@@ -172,11 +173,19 @@ func TestMutualTLS(t *testing.T) {
 	// A broken identity is the agent's own error, named, not a hang.
 	bad := *cfg
 	bad.TLS.CAFile = filepath.Join(p.dir, "node-key.pem")
-	if _, err := dialOptions(&bad, nil); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+	if _, _, err := transport(&bad, nopLogger()); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("bad ca_file: %v", err)
 	}
 	bad.TLS.CertFile = filepath.Join(p.dir, "missing.pem")
-	if _, err := dialOptions(&bad, nil); err == nil || !strings.Contains(err.Error(), "load certificate") {
+	if _, _, err := transport(&bad, nopLogger()); err == nil || !strings.Contains(err.Error(), "missing.pem") {
 		t.Errorf("missing cert: %v", err)
+	}
+	// Run refuses to start with it, naming it.
+	a, err := New(&bad, &fakeHost{}, nopLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "agent tls identity") {
+		t.Errorf("Run with a missing certificate: %v", err)
 	}
 }

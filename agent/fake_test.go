@@ -136,6 +136,7 @@ type fakeCoord struct {
 	mismatch   []string // ids resent with different content
 	events     []string // arrival order: "result:ID", "status:WORK:STATE:RESULT"
 	statuses   []*fleetcheckv1.WorkStatus
+	actions    []*fleetcheckv1.ActionStatus
 	heartbeats int
 	conn       *coordConn
 }
@@ -274,10 +275,39 @@ func (c *fakeCoord) handle(m *fleetcheckv1.AgentMessage) *fleetcheckv1.Coordinat
 		ws := x.WorkStatus
 		c.statuses = append(c.statuses, ws)
 		c.events = append(c.events, fmt.Sprintf("status:%s:%s:%s", ws.GetWorkId(), ws.GetState(), ws.GetResultId()))
+	case *fleetcheckv1.AgentMessage_ActionStatus:
+		c.actions = append(c.actions, x.ActionStatus)
 	case *fleetcheckv1.AgentMessage_Heartbeat:
 		c.heartbeats++
 	}
 	return nil
+}
+
+// send sends any message on the current stream.
+func (c *fakeCoord) send(t *testing.T, m *fleetcheckv1.CoordinatorMessage) {
+	t.Helper()
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn == nil {
+		t.Fatal("send: no agent connected")
+	}
+	conn.out <- m
+}
+
+// actionState returns the first status of state for an action id, nil
+// when none came yet.
+func (c *fakeCoord) actionState(id string, st fleetcheckv1.ActionStatus_State) *fleetcheckv1.ActionStatus {
+	var out *fleetcheckv1.ActionStatus
+	c.get(func(c *fakeCoord) {
+		for _, a := range c.actions {
+			if a.GetActionId() == id && a.GetState() == st {
+				out = a
+				return
+			}
+		}
+	})
+	return out
 }
 
 // runChecks sends a request on the current stream.

@@ -22,8 +22,9 @@ import (
 type guardedHost struct {
 	h  host.Host
 	mu sync.Mutex
-	// inflight holds the read under way for each source.
-	inflight map[snapshot.Source]*flight
+	// inflight holds the read under way for each source and parameters
+	// (a run with other parameters is another read).
+	inflight map[string]*flight
 }
 
 type flight struct {
@@ -42,7 +43,7 @@ type nvmlGuardedHost struct {
 func (g nvmlGuardedHost) GPUStateNVML() (*snapshot.GPUState, error) { return g.r.GPUStateNVML() }
 
 func guard(h host.Host) host.Host {
-	g := &guardedHost{h: h, inflight: map[snapshot.Source]*flight{}}
+	g := &guardedHost{h: h, inflight: map[string]*flight{}}
 	if r, ok := h.(inspect.NVMLReader); ok {
 		return nvmlGuardedHost{guardedHost: g, r: r}
 	}
@@ -54,11 +55,15 @@ func (g *guardedHost) Now() time.Time { return g.h.Now() }
 func (g *guardedHost) FS() fs.FS      { return g.h.FS() }
 
 func (g *guardedHost) Capture(ctx context.Context, src snapshot.Source) host.Capture {
+	key := string(src)
+	if p := host.ParamsFrom(ctx); len(p) > 0 {
+		key += "?" + p.Key()
+	}
 	g.mu.Lock()
-	f := g.inflight[src]
+	f := g.inflight[key]
 	if f == nil {
 		f = &flight{done: make(chan struct{}), started: time.Now()}
-		g.inflight[src] = f
+		g.inflight[key] = f
 		// The read runs on its own goroutine so the caller can leave at its
 		// deadline even if the host does not; it uses the first caller's
 		// context, which bounds well-behaved hosts.
@@ -66,7 +71,7 @@ func (g *guardedHost) Capture(ctx context.Context, src snapshot.Source) host.Cap
 			c := g.h.Capture(ctx, src)
 			g.mu.Lock()
 			f.c = c
-			delete(g.inflight, src)
+			delete(g.inflight, key)
 			g.mu.Unlock()
 			close(f.done)
 		}()

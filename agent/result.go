@@ -8,6 +8,7 @@ import (
 
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // Result is one inspection pass as the agent keeps it in its spool: the
@@ -38,75 +39,9 @@ func NewResultID(now time.Time) string {
 
 // toProto converts a result for the wire.
 func (r *Result) toProto() *fleetcheckv1.Result {
-	out := &fleetcheckv1.Result{
-		Id:             r.ID,
-		Node:           r.Node,
-		WorkId:         r.WorkID,
-		StartedUnixMs:  r.Started.UnixMilli(),
-		FinishedUnixMs: r.Finished.UnixMilli(),
-		Status:         string(r.Report.Status),
-		Inventory:      inventoryToProto(&r.Report.Inventory),
-		Full:           r.Full,
-	}
-	for _, c := range r.Report.Checks {
-		pc := &fleetcheckv1.CheckResult{
-			Name:       c.Name,
-			Status:     string(c.Status),
-			DurationMs: c.DurationMS,
-			Reason:     c.Reason,
-			Metrics:    c.Metrics,
-		}
-		for _, f := range c.Findings {
-			pc.Findings = append(pc.Findings, &fleetcheckv1.Finding{
-				Severity:  string(f.Severity),
-				Component: f.Component,
-				PciBusId:  f.PCIBusID,
-				Code:      f.Code,
-				Message:   f.Message,
-				Action:    string(f.Action),
-			})
-		}
-		out.Checks = append(out.Checks, pc)
-	}
-	return out
-}
-
-func inventoryToProto(inv *report.Inventory) *fleetcheckv1.Inventory {
-	if inv == nil {
-		return nil
-	}
-	out := &fleetcheckv1.Inventory{
-		DriverVersion:        inv.DriverVersion,
-		CudaVersion:          inv.CUDAVersion,
-		Kernel:               inv.Kernel,
-		FabricManagerVersion: inv.FabricManagerVersion,
-		RdmaStack:            inv.RDMAStack,
-	}
-	for _, g := range inv.GPUs {
-		out.Gpus = append(out.Gpus, &fleetcheckv1.GPU{
-			Index:          int32(g.Index),
-			Name:           g.Name,
-			Uuid:           g.UUID,
-			PciBusId:       g.PCIBusID,
-			Serial:         g.Serial,
-			VbiosVersion:   g.VBIOSVersion,
-			MemoryTotalMib: g.MemoryTotalMiB,
-		})
-	}
-	for _, h := range inv.HCAs {
-		ph := &fleetcheckv1.HCA{Name: h.Name, Model: h.Model, FwVersion: h.FWVersion}
-		for _, p := range h.Ports {
-			ph.Ports = append(ph.Ports, &fleetcheckv1.Port{
-				Port:      int32(p.Port),
-				State:     p.State,
-				PhysState: p.PhysState,
-				RateGbps:  p.RateGbps,
-				LinkLayer: p.LinkLayer,
-			})
-		}
-		out.Hcas = append(out.Hcas, ph)
-	}
-	return out
+	return wire.ResultToProto(wire.Meta{
+		ID: r.ID, Node: r.Node, WorkID: r.WorkID, Started: r.Started, Finished: r.Finished, Full: r.Full,
+	}, &r.Report)
 }
 
 func activityToProto(a Activity) fleetcheckv1.NodeActivity {

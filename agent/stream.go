@@ -17,6 +17,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/agent/spool"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
+	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // Stream errors, tested with errors.Is.
@@ -91,11 +92,7 @@ type session struct {
 // receiver and heartbeats until one fails. It reports whether the
 // coordinator welcomed the agent.
 func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
-	opts, err := dialOptions(a.cfg, a.o.dial)
-	if err != nil {
-		return false, err
-	}
-	conn, err := grpc.NewClient(a.cfg.Coordinator, opts...)
+	conn, err := grpc.NewClient(a.cfg.Coordinator, dialOptions(a.creds, a.o.dial)...)
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", a.cfg.Coordinator, err)
 	}
@@ -158,12 +155,15 @@ func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
 	a.mu.Lock()
 	a.sess = s
 	a.mu.Unlock()
+	a.reverts.connected(true)
 	defer func() {
 		a.mu.Lock()
 		if a.sess == s {
 			a.sess = nil
 		}
 		a.mu.Unlock()
+		// Revert timers armed with revert_on_disconnect count from here.
+		a.reverts.connected(false)
 	}()
 
 	var wg sync.WaitGroup
@@ -204,9 +204,11 @@ func (a *Agent) hello(ctx context.Context) *fleetcheckv1.Hello {
 		ProtocolVersion: version.Protocol,
 		AgentVersion:    a.o.version,
 		Labels:          a.cfg.Labels,
-		Inventory:       inventoryToProto(inv),
+		Inventory:       wire.InventoryToProto(inv),
 		EnabledChecks:   a.enabledNames,
 		Activity:        activityToProto(a.activity(ctx)),
+		EnabledActions:  a.cfg.actionNames(),
+		MultiNode:       a.cfg.MultiNode != nil,
 	}
 }
 
@@ -337,6 +339,10 @@ func (s *session) recvLoop(ctx context.Context) error {
 			s.onAck(x.Ack)
 		case *fleetcheckv1.CoordinatorMessage_RunChecks:
 			s.a.onRunChecks(ctx, s, x.RunChecks)
+		case *fleetcheckv1.CoordinatorMessage_RunAction:
+			s.a.onRunAction(ctx, s, x.RunAction)
+		case *fleetcheckv1.CoordinatorMessage_EndMulti:
+			s.a.onEndMulti(x.EndMulti)
 		case *fleetcheckv1.CoordinatorMessage_Heartbeat:
 		case *fleetcheckv1.CoordinatorMessage_Welcome:
 			s.log.Warn().Msg("ignoring a second welcome")

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/checks"
+	"github.com/fleetcheck/fleetcheck/host"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -61,10 +61,29 @@ func (a *Agent) onRunChecks(ctx context.Context, s *session, rc *fleetcheckv1.Ru
 		}
 		return
 	}
-	list, timeout, reason := a.admit(ctx, rc)
+	multi := rc.GetRole() != fleetcheckv1.MultiRole_MULTI_ROLE_UNSPECIFIED
+	var list []checks.Check
+	var timeout time.Duration
+	var reason string
+	if multi {
+		if reason = a.admitMulti(ctx, rc); reason == "" {
+			timeout = a.requestTimeout(rc, a.cfg.MultiNode.Timeout.D(DefaultMultiNodeTimeout))
+		}
+	} else {
+		list, timeout, reason = a.admit(ctx, rc)
+	}
 	if reason != "" {
 		refuse(reason)
 		return
+	}
+	// One disruptive run at a time: a multi-node run reserves the node
+	// for its whole length, a disruptive check for its own.
+	holder := ""
+	switch {
+	case multi:
+		holder = "multi-node run " + rc.GetMultiId()
+	case slices.ContainsFunc(list, checks.Check.Disruptive):
+		holder = sharedDisruptive
 	}
 	a.mu.Lock()
 	if a.running >= a.cfg.Work.MaxConcurrent {
@@ -73,6 +92,13 @@ func (a *Agent) onRunChecks(ctx context.Context, s *session, rc *fleetcheckv1.Ru
 		refuse(fmt.Sprintf("busy: %d requested runs in progress (max %d)", n, a.cfg.Work.MaxConcurrent))
 		return
 	}
+	if holder != "" {
+		if by := a.reserveLocked(holder); by != "" {
+			a.mu.Unlock()
+			refuse("node reserved by " + by + ": no other disruptive check meanwhile")
+			return
+		}
+	}
 	a.running++
 	w = &workItem{id: id}
 	a.rememberLocked(w)
@@ -80,8 +106,15 @@ func (a *Agent) onRunChecks(ctx context.Context, s *session, rc *fleetcheckv1.Ru
 
 	s.enqueue(workStatus(id, fleetcheckv1.WorkStatus_STATE_ACCEPTED, "", ""))
 	a.o.metrics.Work("accepted")
-	log.Info().Dur("timeout", timeout).Msg("running requested checks")
-	a.workWG.Go(func() { a.runWork(w, list, timeout) })
+	if multi {
+		log.Info().Dur("timeout", timeout).Str("multi_id", rc.GetMultiId()).Str("role", rc.GetRole().String()).
+			Strs("participants", rc.GetParticipants()).Msg("taking part in a multi-node run")
+		a.startMulti(w, rc, timeout, holder)
+		return
+	}
+	log.Info().Dur("timeout", timeout).Strs("params", paramList(rc.GetParams())).Msg("running requested checks")
+	params := host.RunParams(rc.GetParams())
+	a.workWG.Go(func() { a.runWork(w, list, params, timeout, holder) })
 }
 
 // admit decides whether a request may run: every name known and enabled
@@ -113,49 +146,59 @@ func (a *Agent) admit(ctx context.Context, rc *fleetcheckv1.RunChecks) ([]checks
 	if len(list) == 0 {
 		return nil, 0, "no checks enabled on this agent"
 	}
+	names = make([]string, 0, len(list))
+	for _, c := range list {
+		names = append(names, c.Name())
+	}
+	if why := admitParams(rc.GetParams(), names); why != "" {
+		return nil, 0, why
+	}
 	for _, c := range list {
 		if !c.Disruptive() {
 			continue
 		}
-		act := a.activity(ctx)
-		if !slices.Contains(a.cfg.DisruptiveAllowedWhen, act) {
-			allowed := "never"
-			if len(a.cfg.DisruptiveAllowedWhen) > 0 {
-				var words []string
-				for _, w := range a.cfg.DisruptiveAllowedWhen {
-					words = append(words, w.String())
-				}
-				allowed = "when " + strings.Join(words, " or ")
-			}
-			return nil, 0, fmt.Sprintf("check %q is disruptive and the node is %s (allowed %s)", c.Name(), act, allowed)
+		if why := a.disruptiveRefusal(ctx, fmt.Sprintf("check %q", c.Name())); why != "" {
+			return nil, 0, why
 		}
 	}
-	timeout := time.Duration(a.cfg.Work.DefaultTimeout)
+	return list, a.requestTimeout(rc, time.Duration(a.cfg.Work.MaxTimeout)), ""
+}
+
+// requestTimeout is the request's timeout (the default when it names
+// none) clamped to limit.
+func (a *Agent) requestTimeout(rc *fleetcheckv1.RunChecks, limit time.Duration) time.Duration {
+	timeout := min(time.Duration(a.cfg.Work.DefaultTimeout), limit)
 	if ms := rc.GetTimeoutMs(); ms > 0 {
 		timeout = time.Duration(ms) * time.Millisecond
 	}
-	if max := time.Duration(a.cfg.Work.MaxTimeout); timeout > max {
-		a.log.Debug().Str("work_id", rc.GetWorkId()).Dur("requested", timeout).Dur("max", max).Msg("clamping requested timeout")
-		timeout = max
+	if timeout > limit {
+		a.log.Debug().Str("work_id", rc.GetWorkId()).Dur("requested", timeout).Dur("max", limit).Msg("clamping requested timeout")
+		timeout = limit
 	}
-	return list, timeout, ""
+	return timeout
 }
 
 // runWork inspects with the request's own deadline and spools the result;
 // the sender delivers it followed by DONE. Requested runs read the state of
 // the last scheduled pass but do not advance it: only the schedule, which
 // runs every enabled check, decides what counts as seen.
-func (a *Agent) runWork(w *workItem, list []checks.Check, timeout time.Duration) {
-	ctx := a.ctx
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+func (a *Agent) runWork(w *workItem, list []checks.Check, params host.RunParams, timeout time.Duration, holder string) {
+	wctx, cancel := context.WithTimeout(host.WithParams(a.ctx, params), timeout)
 	defer cancel()
 	a.mu.Lock()
 	prev := a.state
 	a.mu.Unlock()
 	r, _ := a.inspect(wctx, list, prev, w.id)
-	if ctx.Err() != nil {
+	a.finishWork(w, r, holder)
+}
+
+// finishWork spools a requested run's result, ends the run (its
+// reservation too) and, if the result could not be kept, says so.
+func (a *Agent) finishWork(w *workItem, r *Result, holder string) {
+	if a.ctx.Err() != nil {
 		a.mu.Lock()
 		a.running--
+		a.releaseLocked(holder)
 		a.mu.Unlock()
 		a.log.Info().Str("work_id", w.id).Msg("agent stopping: requested run abandoned")
 		return
@@ -163,6 +206,7 @@ func (a *Agent) runWork(w *workItem, list []checks.Check, timeout time.Duration)
 	err := a.store(r)
 	a.mu.Lock()
 	a.running--
+	a.releaseLocked(holder)
 	w.done = true
 	if err == nil {
 		w.resultID = r.ID

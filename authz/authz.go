@@ -6,7 +6,8 @@
 //
 //   - /fleetcheck.v1.AgentService/* only for node identities, and an agent
 //     speaks only for its own node (CheckNode);
-//   - /fleetcheck.v1.OperatorService/* only for admin identities;
+//   - /fleetcheck.v1.OperatorService/* and /fleetcheck.v1.CampaignService/*
+//     only for admin identities;
 //   - anything else is refused;
 //   - the identity's trust domain must be the configured one.
 //
@@ -93,6 +94,7 @@ func New(cfg Config) (*Authorizer, error) {
 		rules: []rule{
 			{prefix: "/" + pb.AgentService_ServiceDesc.ServiceName + "/", kind: pki.KindNode},
 			{prefix: "/" + pb.OperatorService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
+			{prefix: "/" + pb.CampaignService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
 		},
 	}, nil
 }

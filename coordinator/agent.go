@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/authz"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/report"
 	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // Why a stream ended, as its session's cancel cause.
@@ -77,6 +79,11 @@ type session struct {
 	activity atomic.Int32
 	spool    atomic.Uint32
 	enabled  []string
+	// protocol is the agent's protocol version; actions and multiNode are
+	// what its hello declares it can do (protocol 1.1).
+	protocol  string
+	actions   []string
+	multiNode bool
 }
 
 func (x *session) end(cause error) { x.cancel(cause) }
@@ -189,13 +196,20 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 	if err := validNodeName(hello.GetNode()); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	// Who may speak for the node comes before anything else the hello says.
+	if err := s.checkNode(ctx, log, id, hello.GetNode()); err != nil {
+		// Recorded under the node the certificate names when it names one:
+		// that node's agent is the one misconfigured or misused.
+		node := hello.GetNode()
+		if id.Kind == NodeIdentity {
+			node = id.Name
+		}
+		s.refusal(ctx, node, id.Actor(), "hello\x00"+hello.GetNode(), "connection refused: "+status.Convert(err).Message())
+		return err
+	}
 	if err := CheckProtocol(hello.GetProtocolVersion()); err != nil {
 		log.Warn().Str("protocol", hello.GetProtocolVersion()).Msg("agent refused: protocol version")
 		return status.Error(codes.FailedPrecondition, err.Error())
-	}
-	if id.Kind == NodeIdentity && id.Name != hello.GetNode() {
-		log.Warn().Str("identity", id.Name).Msg("agent refused: hello names another node")
-		return status.Errorf(codes.PermissionDenied, "identity %s may not speak for node %s", id.Name, hello.GetNode())
 	}
 
 	sctx, cancel := context.WithCancelCause(ctx)
@@ -210,6 +224,10 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 		sendq:   make(chan *pb.CoordinatorMessage, s.cfg.SendQueue),
 		drain:   make(chan struct{}),
 		enabled: hello.GetEnabledChecks(),
+
+		protocol:  hello.GetProtocolVersion(),
+		actions:   hello.GetEnabledActions(),
+		multiNode: hello.GetMultiNode(),
 	}
 	sess.last.Store(s.now().UnixNano())
 	sess.activity.Store(int32(hello.GetActivity()))
@@ -246,6 +264,8 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 					defer func() { <-sem; inflight.Done() }()
 					sess.handleResult(r)
 				}(m.GetResult())
+			case m.GetActionStatus() != nil:
+				s.acts.status(sess.node, m.GetActionStatus())
 			case m.GetWorkStatus() != nil:
 				s.works.status(sess.node, m.GetWorkStatus())
 			case m.GetHeartbeat() != nil:
@@ -341,13 +361,19 @@ func (s *Server) attach(ctx context.Context, sess *session, hello *pb.Hello) (*p
 	now := s.now()
 	var inv *report.Inventory
 	if hello.GetInventory() != nil {
-		i := inventoryFromProto(hello.GetInventory())
+		i := wire.InventoryFromProto(hello.GetInventory())
 		inv = &i
 	}
+	// A new node starts in the state its (no) results give, and its join
+	// event is written with it: one transaction per join, not three, which
+	// matters when a fleet of thousands reconnects at once.
+	initState, initReason := deriveState(nil, false)
 	node, existed, err := s.store.NodeJoined(ctx, store.Join{
 		Node: sess.node, Labels: hello.GetLabels(), Inventory: inv,
 		AgentVersion: hello.GetAgentVersion(), ProtocolVersion: hello.GetProtocolVersion(), At: now,
-		InitialState: StateInitializing, InitialReason: "joined, no full result yet",
+		InitialState: initState, InitialReason: initReason,
+		FirstEvent: &store.Event{Kind: store.EventConnection, Actor: sess.id.Actor(),
+			Message: fmt.Sprintf("node joined (agent %s, protocol %s)", hello.GetAgentVersion(), hello.GetProtocolVersion())},
 	})
 	if err != nil {
 		return nil, err
@@ -377,13 +403,9 @@ func (s *Server) attach(ctx context.Context, sess *session, hello *pb.Hello) (*p
 	s.setState(ctx, e, state, reason, cause, nil, now)
 	e.mu.Unlock()
 
-	switch {
-	case old != nil:
+	if old != nil {
 		s.event(ctx, sess.node, store.EventConnection, sess.id.Actor(), "stream replaced by a newer one")
 		sess.log.Warn().Msg("a second stream for this node replaced the first")
-	case !existed:
-		s.event(ctx, sess.node, store.EventConnection, sess.id.Actor(),
-			fmt.Sprintf("node joined (agent %s, protocol %s)", hello.GetAgentVersion(), hello.GetProtocolVersion()))
 	}
 	return &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_Welcome{Welcome: &pb.Welcome{
 		CoordinatorVersion:  s.opts.Version,
@@ -423,6 +445,71 @@ func (s *Server) detach(sess *session, cause error) {
 	s.setState(ctx, e, state, reason, "", &off, now)
 }
 
+// checkNode says whether id may speak for node; a refusal is logged here.
+// Behind the authz interceptors authz decides (and logs); without them (a
+// caller-supplied Identify) a node identity speaks only for itself and an
+// operator for no node.
+func (s *Server) checkNode(ctx context.Context, log zerolog.Logger, id Identity, node string) error {
+	if _, ok := authz.IdentityFrom(ctx); ok {
+		return authz.CheckNode(ctx, node)
+	}
+	var err error
+	switch {
+	case id.Kind == NodeIdentity && id.Name != node:
+		err = status.Errorf(codes.PermissionDenied, "%s may not speak for node %q", id.Actor(), node)
+	case id.Kind == AdminIdentity:
+		err = status.Errorf(codes.PermissionDenied, "%s is an operator, not a node", id.Actor())
+	default:
+		return nil
+	}
+	log.Warn().Str("identity", id.Actor()).Str("claimed", node).Msg("refused: identity speaks for another node")
+	return err
+}
+
+// Refusal events are kept to one per identity and what it claimed per
+// refusalEvery: a misconfigured agent retrying every few seconds, or
+// resending a refused result, must not fill the event log.
+const (
+	refusalEvery  = 10 * time.Minute
+	refusalMemory = 4096
+)
+
+// refusal records a refusal as an event under node, at most once per
+// actor and key (what was claimed) every refusalEvery.
+func (s *Server) refusal(ctx context.Context, node, actor, key, why string) {
+	key = actor + "\x00" + key
+	now := s.now()
+	s.refusalMu.Lock()
+	if last, ok := s.refusals[key]; ok && now.Sub(last) < refusalEvery {
+		s.refusalMu.Unlock()
+		return
+	}
+	if len(s.refusals) >= refusalMemory {
+		clear(s.refusals)
+	}
+	s.refusals[key] = now
+	s.refusalMu.Unlock()
+	s.event(ctx, node, store.EventRefused, actor, why)
+}
+
+// workSent says whether work workID was sent to node: first the work
+// still running, then the store's record, which outlives the call and a
+// restart (a spooled result may arrive much later).
+func (s *Server) workSent(ctx context.Context, workID, node string) (bool, error) {
+	if w := s.works.get(workID); w != nil {
+		return w.sentTo(node), nil
+	}
+	return s.store.Dispatched(ctx, workID, node)
+}
+
+// clipID keeps an id from an agent short in refusals.
+func clipID(id string) string {
+	if len(id) > 128 {
+		return id[:128] + "..."
+	}
+	return id
+}
+
 func (s *Server) event(ctx context.Context, node, kind, actor, msg string) {
 	if err := s.store.AddEvent(ctx, store.Event{Time: s.now(), Node: node, Kind: kind, Actor: actor, Message: msg}); err != nil {
 		s.log.Error().Err(err).Str("node", node).Str("kind", kind).Msg("record event")
@@ -437,14 +524,39 @@ func ackMsg(a *pb.Ack) *pb.CoordinatorMessage {
 func (x *session) handleResult(r *pb.Result) {
 	s := x.s
 	log := x.log.With().Str("result", r.GetId()).Str("work", r.GetWorkId()).Logger()
-	if r.GetNode() != x.node {
-		// A node speaks only for itself.
-		s.refused.Add(1)
-		why := fmt.Sprintf("result %s claims node %q; this stream speaks for %q", r.GetId(), r.GetNode(), x.node)
+	// A node speaks only for itself: its certificate's node, and the node
+	// this stream said hello as.
+	why := ""
+	if err := s.checkNode(x.ctx, log, x.id, r.GetNode()); err != nil {
+		why = fmt.Sprintf("result %s refused: %s", r.GetId(), status.Convert(err).Message())
+	} else if r.GetNode() != x.node {
+		why = fmt.Sprintf("result %s claims node %q; this stream speaks for %q", r.GetId(), r.GetNode(), x.node)
 		log.Warn().Str("claimed", r.GetNode()).Msg("result for another node refused")
-		s.event(x.ctx, x.node, store.EventRefused, x.id.Actor(), why)
+	}
+	if why != "" {
+		s.refused.Add(1)
+		s.refusal(x.ctx, x.node, x.id.Actor(), "result\x00"+r.GetNode(), why)
 		x.send(ackMsg(&pb.Ack{ResultId: r.GetId(), Refused: why}))
 		return
+	}
+	// And only for work it was given, or its own schedule (no work id).
+	if wid := r.GetWorkId(); wid != "" {
+		sent, err := s.workSent(x.ctx, wid, x.node)
+		switch {
+		case err != nil:
+			if x.ctx.Err() == nil {
+				log.Error().Err(err).Msg("cannot tell whether the work was sent; result not stored")
+				x.end(&storeError{err})
+			}
+			return
+		case !sent:
+			s.refused.Add(1)
+			why := fmt.Sprintf("result %s names work %q, which was never sent to node %s", r.GetId(), clipID(wid), x.node)
+			log.Warn().Msg("result for work never sent to this node refused")
+			s.refusal(x.ctx, x.node, x.id.Actor(), "work\x00"+wid, why)
+			x.send(ackMsg(&pb.Ack{ResultId: r.GetId(), Refused: why}))
+			return
+		}
 	}
 	refuse := func(why string) {
 		s.refused.Add(1)

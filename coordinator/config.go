@@ -7,9 +7,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fleetcheck/fleetcheck/pki"
 )
 
 // Config is the coordinator's YAML configuration. Zero values take the
@@ -20,7 +23,12 @@ import (
 //	data_dir: /var/lib/fleetcheck
 //	retention_days: 30            # raw results older than this are deleted
 //	heartbeat_interval: 10s       # a stream silent for 3 intervals is closed
-//	insecure: true                # plaintext gRPC; required until TLS is configured
+//	tls:                          # mutual TLS for agents and operators (docs/security.md)
+//	  cert_file: coordinator.crt  # spiffe://TRUST_DOMAIN/coordinator/NAME
+//	  key_file: coordinator.key
+//	  ca_file: ca.crt             # the CAs agents' and operators' certificates chain to
+//	  trust_domain: fleet.example # the only trust domain let in
+//	# insecure: true              # plaintext, no authorization: demos and tests only
 type Config struct {
 	Listen string `yaml:"listen"`
 	// HTTPListen serves /healthz (and /metrics); "off" serves no HTTP.
@@ -28,13 +36,42 @@ type Config struct {
 	DataDir           string        `yaml:"data_dir"`
 	RetentionDays     int           `yaml:"retention_days"`
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
-	// Insecure serves plaintext gRPC. Without it the coordinator needs
-	// transport credentials (Options.Credentials).
+	// Insecure serves plaintext gRPC with no authorization. Without it the
+	// coordinator needs transport credentials: TLS below, wired by Secure,
+	// or Options.Credentials.
 	Insecure bool `yaml:"insecure"`
+	// TLS names the coordinator's certificate files and trust domain.
+	TLS TLSConfig `yaml:"tls"`
 	// Batch tunes the store's group commit.
 	Batch BatchConfig `yaml:"batch"`
 	// SendQueue bounds the messages waiting to be sent on one agent stream.
 	SendQueue int `yaml:"send_queue"`
+	// Drain is how campaigns take nodes out of service (campaigns.go).
+	Drain DrainConfig `yaml:"drain"`
+	// Breaker bounds what campaigns together may drain.
+	Breaker BreakerConfig `yaml:"breaker"`
+	// SweepSchedule, when set, runs the nightly slow-node sweep.
+	SweepSchedule *SweepScheduleConfig `yaml:"sweep_schedule"`
+	// CompatMatrix is the compatibility matrix file rollouts use when the
+	// operator sends none.
+	CompatMatrix string `yaml:"compat_matrix"`
+}
+
+// TLSConfig is the coordinator's mutual-TLS identity. Relative paths are
+// relative to the config file (LoadConfig).
+type TLSConfig struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// CAFile is the bundle of CAs that agents' and operators' certificates
+	// must chain to.
+	CAFile string `yaml:"ca_file"`
+	// TrustDomain is the only trust domain whose identities are let in.
+	TrustDomain string `yaml:"trust_domain"`
+}
+
+// set reports whether any field is set.
+func (t TLSConfig) set() bool {
+	return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" || t.TrustDomain != ""
 }
 
 // BatchConfig tunes how results are grouped into transactions.
@@ -95,8 +132,21 @@ func (c Config) Validate() error {
 	if c.SendQueue < 1 {
 		errs = append(errs, fmt.Errorf("send_queue %d: must be at least 1", c.SendQueue))
 	}
+	switch {
+	case c.Insecure && c.TLS.set():
+		errs = append(errs, errors.New("insecure: true and tls: both set; choose one"))
+	case c.TLS.set() && (c.TLS.CertFile == "" || c.TLS.KeyFile == "" || c.TLS.CAFile == "" || c.TLS.TrustDomain == ""):
+		errs = append(errs, errors.New("tls: cert_file, key_file, ca_file and trust_domain are all required"))
+	case c.TLS.TrustDomain != "":
+		if err := pki.ValidateTrustDomain(c.TLS.TrustDomain); err != nil {
+			errs = append(errs, fmt.Errorf("tls.trust_domain: %w", err))
+		}
+	}
 	if c.Batch.MaxResults < 0 || c.Batch.Delay < 0 {
 		errs = append(errs, errors.New("batch: max_results and delay must not be negative"))
+	}
+	if err := c.validateCampaigns(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("coordinator config: %w", err)
@@ -106,12 +156,23 @@ func (c Config) Validate() error {
 
 // LoadConfig reads a YAML config file, fills in defaults and validates it.
 // Unknown keys are errors: a misspelt key would otherwise be ignored.
+// Relative TLS file paths are taken relative to the file's directory.
 func LoadConfig(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("coordinator config: %w", err)
 	}
-	return ParseConfig(b)
+	c, err := ParseConfig(b)
+	if err != nil {
+		return Config{}, err
+	}
+	base := filepath.Dir(path)
+	for _, p := range []*string{&c.TLS.CertFile, &c.TLS.KeyFile, &c.TLS.CAFile, &c.CompatMatrix, &c.Drain.Kubernetes.Kubeconfig} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(base, *p)
+		}
+	}
+	return c, nil
 }
 
 // ParseConfig is LoadConfig on bytes.

@@ -58,9 +58,9 @@ func TestHello(t *testing.T) {
 		says          string
 	}{
 		{"same version", ProtocolVersion, codes.OK, ""},
-		{"one minor apart", "1.1", codes.OK, ""},
-		{"too old", "0.9", codes.FailedPrecondition, "agent protocol 0.9 too old; coordinator speaks 1.x (1.0), accepts 1.0–1.1"},
-		{"two minors apart", "1.2", codes.FailedPrecondition, "too new"},
+		{"one minor apart", "1.0", codes.OK, ""},
+		{"too old", "0.9", codes.FailedPrecondition, "agent protocol 0.9 too old; coordinator speaks 1.x (1.1), accepts 1.0–1.2"},
+		{"two minors apart", "1.3", codes.FailedPrecondition, "too new"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -47,10 +48,22 @@ func (t *workTable) get(id string) *work {
 	return t.m[id]
 }
 
-func (t *workTable) len() int {
+// progress counts the works in progress, their nodes, and the nodes with
+// an outcome.
+func (t *workTable) progress() (works, nodes, done int) {
 	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return len(t.m)
+	ws := make([]*work, 0, len(t.m))
+	for _, w := range t.m {
+		ws = append(ws, w)
+	}
+	t.mu.RUnlock()
+	for _, w := range ws {
+		w.mu.Lock()
+		nodes += len(w.targets)
+		done += w.done
+		w.mu.Unlock()
+	}
+	return len(ws), nodes, done
 }
 
 // status applies an agent's WorkStatus.
@@ -86,6 +99,7 @@ func (t *workTable) result(workID, node string, r *store.Result) {
 	if w == nil {
 		return
 	}
+	w.keepResult(node, r)
 	w.finish(node, &pb.NodeOutcome{Node: node, Status: string(r.Status), Reason: resultReason(r), ResultId: r.ID})
 }
 
@@ -101,11 +115,28 @@ func resultReason(r *store.Result) string {
 	return describe(bad)
 }
 
+// recordDispatch records, in the work and in the store, that w goes to
+// the nodes of sessions. Whatever sends RunChecks calls it first: a result
+// naming a work id is accepted only from a node the work went to
+// (workSent), also long after the call and across a restart.
+func (s *Server) recordDispatch(ctx context.Context, w *work, sessions []*session, now time.Time) error {
+	nodes := make([]string, 0, len(sessions))
+	for _, sess := range sessions {
+		nodes = append(nodes, sess.node)
+		w.markSent(sess.node, true)
+	}
+	return s.store.RecordDispatch(ctx, w.id, nodes, now)
+}
+
 // target is one node a work was sent to.
 type target struct {
 	sess     *session // nil when the node was not connected
+	sent     bool     // the RunChecks went (or is going) to its stream
 	accepted bool
 	outcome  *pb.NodeOutcome
+	// result is the stored result that completed the target (a Fleet
+	// call rebuilds its report from it).
+	result *store.Result
 }
 
 // work tracks one RunCheck call.
@@ -117,6 +148,9 @@ type work struct {
 	targets                              map[string]*target
 	pending                              int
 	done, refused, failed, unreach, tout int
+	// nudgeOnAccept: an ACCEPTED moves progress too (a multi-node run
+	// waits for its peers to accept before it launches).
+	nudgeOnAccept bool
 }
 
 func newWork(id string) *work {
@@ -144,6 +178,24 @@ func (w *work) addTarget(node string, sess *session) {
 	w.pending++
 }
 
+// markSent records that the work goes to node, or, with sent false, that
+// it could not be queued after all.
+func (w *work) markSent(node string, sent bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.targets[node]; t != nil {
+		t.sent = sent
+	}
+}
+
+// sentTo says whether the work went to node.
+func (w *work) sentTo(node string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.targets[node]
+	return t != nil && t.sent
+}
+
 func (w *work) nudge() {
 	select {
 	case w.changed <- struct{}{}:
@@ -153,10 +205,36 @@ func (w *work) nudge() {
 
 func (w *work) accept(node string) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if t := w.targets[node]; t != nil {
+	t := w.targets[node]
+	if t != nil {
 		t.accepted = true
 	}
+	nudge := t != nil && w.nudgeOnAccept
+	w.mu.Unlock()
+	if nudge {
+		w.nudge()
+	}
+}
+
+// keepResult keeps the stored result that completes node's target.
+func (w *work) keepResult(node string, r *store.Result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.targets[node]; t != nil && t.outcome == nil {
+		t.result = r
+	}
+}
+
+// state returns node's target as it stands: accepted, its outcome (nil
+// while pending) and the result that completed it.
+func (w *work) state(node string) (accepted bool, o *pb.NodeOutcome, r *store.Result) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.targets[node]
+	if t == nil {
+		return false, nil, nil
+	}
+	return t.accepted, t.outcome, t.result
 }
 
 // finish sets a node's outcome once; later ones are ignored.

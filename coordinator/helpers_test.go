@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -95,7 +96,13 @@ func onRun(f func(a *fakeAgent, rc *pb.RunChecks)) agentOpt {
 // the stream's status when the coordinator refuses.
 func connect(t testing.TB, s *Server, node string, opts ...agentOpt) (*fakeAgent, error) {
 	t.Helper()
-	cc, err := grpc.NewClient(s.GRPCAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return connectCreds(t, s, insecure.NewCredentials(), node, opts...)
+}
+
+// connectCreds is connect over the given transport credentials.
+func connectCreds(t testing.TB, s *Server, creds credentials.TransportCredentials, node string, opts ...agentOpt) (*fakeAgent, error) {
+	t.Helper()
+	cc, err := grpc.NewClient(s.GRPCAddr().String(), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +122,10 @@ func connect(t testing.TB, s *Server, node string, opts ...agentOpt) (*fakeAgent
 		return nil, err
 	}
 	if err := a.stream.Send(&pb.AgentMessage{Msg: &pb.AgentMessage_Hello{Hello: hello}}); err != nil {
+		// A stream refused at once (authorization) says why on Recv.
+		if _, rerr := a.stream.Recv(); rerr != nil {
+			return nil, rerr
+		}
 		return nil, err
 	}
 	first, err := a.stream.Recv()

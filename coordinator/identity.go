@@ -2,11 +2,12 @@ package coordinator
 
 import (
 	"context"
-	"net/url"
-	"strings"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+
+	"github.com/fleetcheck/fleetcheck/authz"
+	"github.com/fleetcheck/fleetcheck/pki"
 )
 
 // IdentityKind says what a peer is.
@@ -43,45 +44,69 @@ func (id Identity) Actor() string {
 // IdentifyFunc finds the identity of a call's peer.
 type IdentifyFunc func(ctx context.Context) Identity
 
-// PeerIdentity reads the identity from the peer's TLS client certificate:
-// its URI SAN spiffe://TRUST_DOMAIN/node/NAME or .../admin/NAME
-// (DESIGN.md). A peer without a certificate is Anonymous. Verifying the
-// chain is the transport credentials' job; this only reads the name.
+// PeerIdentity is the default IdentifyFunc. With the authz interceptors
+// installed (Secure does) it is the identity they proved; without them it
+// reads the verified client certificate itself, so a server given only
+// transport credentials still tells nodes apart. A peer with neither is
+// Anonymous.
 func PeerIdentity(ctx context.Context) Identity {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return Identity{Kind: Anonymous}
+	if id, ok := authz.IdentityFrom(ctx); ok {
+		return fromAuthz(id)
 	}
 	id := Identity{Kind: Anonymous}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return id
+	}
 	if p.Addr != nil {
 		id.Addr = p.Addr.String()
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.PeerCertificates) == 0 {
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return id
 	}
-	for _, u := range info.State.PeerCertificates[0].URIs {
-		if kind, name, ok := parseSPIFFE(u); ok {
-			id.Kind, id.Name, id.TrustDomain = kind, name, u.Host
-			return id
-		}
+	pid, err := pki.ParseIdentity(info.State.VerifiedChains[0][0])
+	if err != nil {
+		return id
 	}
+	return withKind(id, pid)
+}
+
+// fromAuthz maps authz's identity onto the coordinator's.
+func fromAuthz(a authz.Identity) Identity {
+	id := Identity{Kind: Anonymous, Addr: a.Peer}
+	if a.Anonymous {
+		return id
+	}
+	return withKind(id, a.Identity)
+}
+
+// withKind fills in a node or admin identity; any other kind (a
+// coordinator's certificate) stays anonymous here, with no rights of a
+// node or an operator.
+func withKind(id Identity, p pki.Identity) Identity {
+	switch p.Kind {
+	case pki.KindNode:
+		id.Kind = NodeIdentity
+	case pki.KindAdmin:
+		id.Kind = AdminIdentity
+	default:
+		return id
+	}
+	id.Name, id.TrustDomain = p.Name, p.TrustDomain
 	return id
 }
 
-func parseSPIFFE(u *url.URL) (IdentityKind, string, bool) {
-	if u == nil || u.Scheme != "spiffe" || u.Host == "" {
-		return "", "", false
+// ActorFrom names the caller of the RPC whose context ctx is, for the
+// audit log: "admin:alice", "node:gpu-017", "anonymous@127.0.0.1:40000"
+// in insecure mode, or "coordinator" when no call is behind ctx (a
+// campaign acting on its own schedule).
+func ActorFrom(ctx context.Context) string {
+	if id, ok := authz.IdentityFrom(ctx); ok {
+		return id.Actor()
 	}
-	kind, name, ok := strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
-	if !ok || name == "" || strings.Contains(name, "/") {
-		return "", "", false
+	if _, ok := peer.FromContext(ctx); ok {
+		return PeerIdentity(ctx).Actor()
 	}
-	switch kind {
-	case "node":
-		return NodeIdentity, name, true
-	case "admin":
-		return AdminIdentity, name, true
-	}
-	return "", "", false
+	return "coordinator"
 }

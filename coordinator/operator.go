@@ -22,6 +22,7 @@ const (
 	MinRunTimeout     = 100 * time.Millisecond
 	MaxRunTimeout     = time.Hour
 	maxRunChecks      = 64
+	maxReason         = 512
 	// progressEvery coalesces progress messages for big fleets.
 	progressEvery = 100 * time.Millisecond
 )
@@ -113,7 +114,7 @@ func (o *operatorService) ListEvents(ctx context.Context, req *pb.ListEventsRequ
 	if _, err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
-	evs, err := s.store.Events(ctx, store.EventQuery{Node: req.GetNode(), Limit: int(req.GetLimit())})
+	evs, err := s.store.Events(ctx, store.EventQuery{Node: req.GetNode(), Kind: req.GetKind(), Limit: int(req.GetLimit())})
 	if err != nil {
 		return nil, storeStatus(err)
 	}
@@ -174,6 +175,9 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 	if timeout < MinRunTimeout || timeout > MaxRunTimeout {
 		return status.Errorf(codes.InvalidArgument, "timeout %s: must be between %s and %s", timeout, MinRunTimeout, MaxRunTimeout)
 	}
+	if len(req.GetReason()) > maxReason {
+		return status.Errorf(codes.InvalidArgument, "reason: at most %d bytes", maxReason)
+	}
 
 	now := s.now()
 	w := newWork(newWorkID(now))
@@ -197,14 +201,24 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 			sessions = append(sessions, sess)
 		}
 	}
+	checks := strings.Join(req.GetChecks(), ",")
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "no reason given"
+	}
+	// Who asked, what and why is recorded before anything is sent.
+	if err := s.record(ctx, "", store.EventOperatorAction, id.Actor(), fmt.Sprintf("run %s on %q: %d nodes (%d connected), timeout %s, work %s; reason: %s",
+		checks, sel.String(), len(sessions)+len(absent), len(sessions), timeout, w.id, reason)); err != nil {
+		return storeStatus(err)
+	}
+	if err := s.recordDispatch(ctx, w, sessions, now); err != nil {
+		log.Error().Err(err).Msg("work dispatch not recorded; nothing sent")
+		return storeStatus(err)
+	}
 	s.works.add(w)
 	defer s.works.remove(w.id)
-
-	checks := strings.Join(req.GetChecks(), ",")
-	s.event(ctx, "", store.EventOperatorAction, id.Actor(), fmt.Sprintf("run %s on %q: %d nodes (%d connected), timeout %s, work %s",
-		checks, sel.String(), len(sessions)+len(absent), len(sessions), timeout, w.id))
 	log.Info().Str("checks", checks).Str("selector", sel.String()).Int("nodes", len(sessions)+len(absent)).
-		Int("connected", len(sessions)).Msg("dispatching checks")
+		Int("connected", len(sessions)).Str("actor", id.Actor()).Str("reason", reason).Msg("dispatching checks")
 
 	for _, node := range absent {
 		w.finish(node, &pb.NodeOutcome{Node: node, Status: OutcomeUnreachable, Reason: "not connected"})
@@ -214,6 +228,7 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 	}}}
 	for _, sess := range sessions {
 		if !sess.trySend(msg) {
+			w.markSent(sess.node, false)
 			reason := "send queue full"
 			if sess.ctx.Err() != nil {
 				w.finish(sess.node, &pb.NodeOutcome{Node: sess.node, Status: OutcomeUnreachable, Reason: "stream lost before the work was sent"})

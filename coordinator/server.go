@@ -22,6 +22,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/fleetcheck/fleetcheck/authz"
+	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/drain"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/store"
 )
@@ -47,6 +50,24 @@ type Options struct {
 	Identify IdentifyFunc
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Metrics, when set, receives measurements as they happen; the rest
+	// of what /metrics shows is read from Stats when scraped.
+	Metrics Metrics
+	// Fleet is the fleet campaigns run on; nil serves baselines only.
+	Fleet campaign.Fleet
+	// CampaignClock is the campaigns' clock (default the wall clock; a
+	// simulated fleet's virtual clock in tests).
+	CampaignClock campaign.Clock
+	// Drain overrides the drain adapter the config names.
+	Drain drain.Adapter
+}
+
+// Metrics receives the coordinator's measurements that a snapshot of
+// counters cannot give. Its methods must not block.
+type Metrics interface {
+	// StoreCommit is called after each committed batch of results with
+	// its size and how long the transaction took.
+	StoreCommit(results int, took time.Duration)
 }
 
 // Server is a coordinator. New builds it, Start opens the store and the
@@ -62,8 +83,12 @@ type Server struct {
 
 	reg   *registry
 	works *workTable
+	acts  *actionTable // RunAction calls waiting for their agent
 
 	acked, duplicates, refused atomic.Uint64
+
+	refusalMu sync.Mutex
+	refusals  map[string]time.Time // identity and claimed node -> last refusal event
 
 	mu        sync.Mutex // guards the fields below, set by Start and Stop
 	started   bool
@@ -81,6 +106,8 @@ type Server struct {
 	// stopping is closed when Stop begins: streams then end without
 	// marking their nodes unreachable (the coordinator left, not them).
 	stopping chan struct{}
+
+	camp *campaigns // the campaign engines, set by Start
 }
 
 // New checks the config and builds a server; nothing is opened yet.
@@ -109,6 +136,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		mux:      http.NewServeMux(),
 		reg:      newRegistry(),
 		works:    newWorkTable(),
+		acts:     newActionTable(),
+		refusals: make(map[string]time.Time),
 		stopping: make(chan struct{}),
 	}
 	s.mux.HandleFunc("/healthz", s.healthz)
@@ -193,18 +222,26 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}()
 	}
 
+	var onCommit func(int, time.Duration)
+	if s.opts.Metrics != nil {
+		onCommit = s.opts.Metrics.StoreCommit
+	}
 	s.store, err = store.Open(ctx, store.Options{
 		Dir:        s.cfg.DataDir,
 		MaxBatch:   s.cfg.Batch.MaxResults,
 		BatchDelay: s.cfg.Batch.Delay,
 		Logger:     s.log,
 		Now:        s.now,
+		OnCommit:   onCommit,
 	})
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	if err := s.recover(ctx); err != nil {
 		return fmt.Errorf("coordinator: recover: %w", err)
+	}
+	if s.camp, err = startCampaigns(ctx, s, s.store); err != nil {
+		return fmt.Errorf("coordinator: campaigns: %w", err)
 	}
 
 	s.grpcLis, err = net.Listen("tcp", s.cfg.Listen)
@@ -214,6 +251,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	pb.RegisterAgentServiceServer(s.grpc, &agentService{s: s})
 	pb.RegisterOperatorServiceServer(s.grpc, &operatorService{s: s})
+	pb.RegisterCampaignServiceServer(s.grpc, s.camp)
 	s.serving.Add(1)
 	go func() {
 		defer s.serving.Done()
@@ -237,7 +275,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	ev.Msg("coordinator serving")
 	if s.cfg.Insecure {
-		s.log.Warn().Msg("INSECURE: plaintext gRPC, no client authentication; any peer can claim any node")
+		authz.WarnInsecure(s.log, s.grpcLis.Addr().String())
 	}
 	return nil
 }
@@ -250,6 +288,10 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 		grpc.MaxRecvMsgSize(16 << 20),
+		// An idle agent stream sends a heartbeat every interval: a write
+		// buffer kept per connection (32 KiB) would be most of what an idle
+		// agent costs. Shared, it goes back to a pool after each flush.
+		grpc.SharedWriteBuffer(true),
 	}
 	if s.opts.Credentials != nil {
 		opts = append(opts, grpc.Creds(s.opts.Credentials))
@@ -341,6 +383,13 @@ func (s *Server) closeLocked(ctx context.Context) error {
 		s.httpLis.Close()
 	}
 	s.serving.Wait()
+	// Campaigns stop after the API (no handler is left using them) and
+	// before the store their database handle belongs to.
+	if s.camp != nil {
+		if err := s.camp.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop campaigns: %w", err))
+		}
+	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close store: %w", err))
@@ -454,7 +503,10 @@ type Stats struct {
 	ResultsDuplicate uint64 // answered with the original ack
 	ResultsRefused   uint64 // never to be stored
 	ActiveWork       int    // RunCheck calls in progress
-	Store            store.Stats
+	// WorkNodes and WorkNodesDone count the nodes of the RunCheck calls in
+	// progress, and those of them with an outcome.
+	WorkNodes, WorkNodesDone int
+	Store                    store.Stats
 }
 
 // Stats returns the current counters.
@@ -473,7 +525,7 @@ func (s *Server) Stats() Stats {
 	st.ResultsAcked = s.acked.Load()
 	st.ResultsDuplicate = s.duplicates.Load()
 	st.ResultsRefused = s.refused.Load()
-	st.ActiveWork = s.works.len()
+	st.ActiveWork, st.WorkNodes, st.WorkNodesDone = s.works.progress()
 	if db := s.Store(); db != nil {
 		st.Store = db.Stats()
 	}

@@ -196,7 +196,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	if opts.Serve {
-		say("serving until interrupted: try `fleetcheck nodes --coordinator %s`", addr)
+		say("serving until interrupted: try `fleetcheck nodes --insecure --coordinator %s`", addr)
 		<-ctx.Done()
 	}
 	return res, nil

@@ -51,7 +51,7 @@ const (
 
 // renderDCGM is `dcgmi diag -r LEVEL -j`. A failed test makes dcgmi exit
 // 226 with the JSON still complete, so the capture stays ok.
-func (n *Node) renderDCGM(f frame) host.Capture {
+func (n *Node) renderDCGM(f frame, level int) host.Capture {
 	var ids []string
 	var present []int
 	for i := range n.spec.GPUs {
@@ -120,7 +120,7 @@ func (n *Node) renderDCGM(f frame) host.Capture {
 		}
 		return t
 	}
-	if n.spec.DCGMLevel >= 2 {
+	if level >= 2 {
 		pcie := perGPU("PCIe", func(i int, gf *gpuFaults) []dcgmWarning {
 			if gf.width == 0 {
 				return nil
@@ -134,13 +134,13 @@ func (n *Node) renderDCGM(f frame) host.Capture {
 			return []dcgmWarning{{fmt.Sprintf("Detected %d volatile double-bit ECC error(s) in GPU %d.", gf.eccVolatile, i), dcgmFRVolatileDBE}}
 		})
 		hw := dcgmCategory{Category: "Hardware", Tests: []*dcgmTest{mem}}
-		if n.spec.DCGMLevel >= 3 {
+		if level >= 3 {
 			hw.Tests = append(hw.Tests, perGPU("Diagnostic", nil))
 		}
 		doc.Diag.Categories = append(doc.Diag.Categories,
 			dcgmCategory{Category: "Integration", Tests: []*dcgmTest{pcie}}, hw)
 	}
-	if n.spec.DCGMLevel >= 3 {
+	if level >= 3 {
 		doc.Diag.Categories = append(doc.Diag.Categories, dcgmCategory{Category: "Stress", Tests: []*dcgmTest{
 			perGPU("Targeted Stress", nil), perGPU("Targeted Power", nil), perGPU("Memory Bandwidth", nil),
 		}})
@@ -159,10 +159,10 @@ func (n *Node) renderDCGM(f frame) host.Capture {
 
 // renderVersions is versions.json: the software stack the live host
 // assembles from uname, nvidia-smi, fabricmanager, ofed_info and NCCL.
-func (n *Node) renderVersions() []byte {
+func (n *Node) renderVersions(f frame) []byte {
 	v := snapshot.Versions{
-		Driver: n.spec.Driver, CUDA: n.spec.CUDA, Kernel: n.spec.Kernel,
-		FabricManager: n.spec.FabricManager, RDMAStack: n.spec.RDMAStack, NCCL: n.spec.NCCL,
+		Driver: f.driver, CUDA: n.spec.CUDA, Kernel: n.spec.Kernel,
+		FabricManager: f.fabricManager, RDMAStack: n.spec.RDMAStack, NCCL: n.spec.NCCL,
 	}
 	if n.spec.DCGMDiag {
 		v.DCGM = n.spec.DCGM

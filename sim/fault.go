@@ -236,6 +236,7 @@ type view struct {
 	slow           float64 // busbw multiplier, 1 when healthy
 	ncclWrong      uint64
 	gpusPresent    int
+	burning        bool // a gpu-burn action runs: GPUs hot, at full power
 }
 
 type gpuFaults struct {

@@ -122,7 +122,7 @@ func (n *Node) xidLines(x Xid) []string {
 // stamp format, up to the frame's time.
 func (n *Node) renderDmesg(f frame) []byte {
 	up := f.uptime()
-	lines := slices.Clone(n.base)
+	lines := slices.Clone(f.base)
 	for _, e := range n.xidEntries() {
 		x := e.f.(Xid)
 		when := x.At

@@ -34,11 +34,63 @@ func ncclVersionCode(v string) int {
 	return a*10000 + b*100 + c
 }
 
+// arShape is what one all_reduce_perf run sweeps: sizes from minBytes to
+// maxBytes by step, and how many ranks (GPUs) take part.
+type arShape struct {
+	minBytes, maxBytes, step uint64
+	ranks                    int
+}
+
+// shape is the node's own run: the spec's sizes, overridden by a
+// request's nccl.allreduce parameters (validated by the agent).
+func (n *Node) shape(p host.RunParams) arShape {
+	sh := arShape{minBytes: 8, maxBytes: n.spec.MaxBytes, step: 2, ranks: len(n.spec.GPUs)}
+	if v, ok := parseSize(p["min_bytes"]); ok {
+		sh.minBytes = v
+	}
+	if v, ok := parseSize(p["max_bytes"]); ok {
+		sh.maxBytes = v
+	}
+	if v, err := strconv.ParseUint(p["step_factor"], 10, 64); err == nil && v >= 2 {
+		sh.step = v
+	}
+	sh.minBytes = max(sh.minBytes, 1)
+	sh.maxBytes = max(sh.maxBytes, sh.minBytes)
+	return sh
+}
+
+// parseSize reads an all_reduce_perf size: "8", "64K", "8G" (binary units,
+// as nccl-tests reads them).
+func parseSize(v string) (uint64, bool) {
+	if v == "" {
+		return 0, false
+	}
+	mult := uint64(1)
+	switch v[len(v)-1] {
+	case 'K', 'k':
+		mult = 1 << 10
+	case 'M', 'm':
+		mult = 1 << 20
+	case 'G', 'g':
+		mult = 1 << 30
+	}
+	if mult > 1 {
+		v = v[:len(v)-1]
+	}
+	x, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || x == 0 || x > (1<<40)/mult {
+		return 0, false
+	}
+	return x * mult, true
+}
+
 // renderAllReduce is `all_reduce_perf -b 8 -e MaxBytes -f 2 -g N` on this
-// node, run number run (each run draws fresh noise).
-func (n *Node) renderAllReduce(f frame, run uint64) host.Capture {
+// node, run number run (each run draws fresh noise), with a request's
+// parameters applied.
+func (n *Node) renderAllReduce(f frame, run uint64, p host.RunParams) host.Capture {
 	s := &n.spec
 	nGPU := len(s.GPUs)
+	sh := n.shape(p)
 	pid := 100000 + int(hash64(s.Seed, s.Name, "nccl-pid", strconv.FormatUint(run, 10))%3000000)
 	code := ncclVersionCode(s.NCCL)
 
@@ -46,27 +98,13 @@ func (n *Node) renderAllReduce(f frame, run uint64) host.Capture {
 	b.Grow(8192)
 	fmt.Fprintf(&b, "# nccl-tests version %s nccl-headers=%d nccl-library=%d\n", s.NCCLTests, code, code)
 	b.WriteString("# Collective test starting: all_reduce_perf\n")
-	fmt.Fprintf(&b, "# nThread 1 nGpus %d minBytes 8 maxBytes %d step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0\n", nGPU, s.MaxBytes)
+	fmt.Fprintf(&b, "# nThread 1 nGpus %d minBytes %d maxBytes %d step: %d(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0\n", nGPU, sh.minBytes, sh.maxBytes, sh.step)
 	b.WriteString("#\n# Using devices\n")
 
-	if f.v.gpusPresent < nGPU {
-		// CUDA sees fewer devices than -g asks for.
-		fmt.Fprintf(&b, "Invalid number of GPUs: %d requested but only %d were found.\n", nGPU, f.v.gpusPresent)
-		b.WriteString("Please check the number of processes and GPUs per process.\n")
-		return host.Capture{Data: []byte(b.String()), State: snapshot.StateFailed, ExitCode: 1,
-			Err: "all_reduce_perf exited with status 1"}
+	if c, failed := n.cannotStart(&b, f, pid); failed {
+		return c
 	}
-	if f.v.fabricNotReady && s.GPUs[0].Model.Fabric {
-		// Without the NVSwitch fabric CUDA does not initialize (error 802).
-		fmt.Fprintf(&b, "%s: Test CUDA failure common.cu:892 'system not yet initialized'\n", s.Name)
-		fmt.Fprintf(&b, " .. %s pid %d: Test failure common.cu:1003\n", s.Name, pid)
-		return host.Capture{Data: []byte(b.String()), State: snapshot.StateFailed, ExitCode: 2,
-			Err: "all_reduce_perf exited with status 2"}
-	}
-	for i, g := range s.GPUs {
-		dom, bus, dev, _ := splitBDF(g.BusID)
-		fmt.Fprintf(&b, "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s:%s:%s] %s\n", i, pid, s.Name, i, dom, bus, dev, g.Model.Name)
-	}
+	n.appendRanks(&b, 0, pid)
 	if s.NCCLDebugInfo {
 		n.appendNCCLInfo(&b, f, pid)
 	}
@@ -75,32 +113,80 @@ func (n *Node) renderAllReduce(f frame, run uint64) host.Capture {
 	for i := range f.v.gpus {
 		busTarget *= f.v.gpus[i].linkFactor
 	}
-	factor := 1.0
-	if nGPU > 1 {
-		factor = 2 * float64(nGPU-1) / float64(nGPU)
+	rng := rand.New(rand.NewPCG(hash64(s.Seed, s.Name, "nccl"), run))
+	writeAllReduceTable(&b, sh, busTarget, s.NoisePct, f.v.ncclWrong, rng)
+	return host.OK([]byte(b.String()))
+}
+
+// cannotStart writes why all_reduce_perf cannot run on this node, if it
+// cannot: a GPU gone, or an NVSwitch fabric not up.
+func (n *Node) cannotStart(b *strings.Builder, f frame, pid int) (host.Capture, bool) {
+	s := &n.spec
+	nGPU := len(s.GPUs)
+	if f.v.gpusPresent < nGPU {
+		// CUDA sees fewer devices than -g asks for.
+		fmt.Fprintf(b, "Invalid number of GPUs: %d requested but only %d were found.\n", nGPU, f.v.gpusPresent)
+		b.WriteString("Please check the number of processes and GPUs per process.\n")
+		return host.Capture{Data: []byte(b.String()), State: snapshot.StateFailed, ExitCode: 1,
+			Err: "all_reduce_perf exited with status 1"}, true
 	}
-	maxB := float64(s.MaxBytes)
+	if f.v.fabricNotReady && s.GPUs[0].Model.Fabric {
+		// Without the NVSwitch fabric CUDA does not initialize (error 802).
+		fmt.Fprintf(b, "%s: Test CUDA failure common.cu:892 'system not yet initialized'\n", s.Name)
+		fmt.Fprintf(b, " .. %s pid %d: Test failure common.cu:1003\n", s.Name, pid)
+		return host.Capture{Data: []byte(b.String()), State: snapshot.StateFailed, ExitCode: 2,
+			Err: "all_reduce_perf exited with status 2"}, true
+	}
+	return host.Capture{}, false
+}
+
+// appendRanks lists this node's GPUs as ranks first..first+N-1.
+func (n *Node) appendRanks(b *strings.Builder, first, pid int) {
+	s := &n.spec
+	for i, g := range s.GPUs {
+		dom, bus, dev, _ := splitBDF(g.BusID)
+		fmt.Fprintf(b, "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s:%s:%s] %s\n", first+i, pid, s.Name, i, dom, bus, dev, g.Model.Name)
+	}
+}
+
+// sideFactor is what the node's faults leave of its GPU-side bandwidth:
+// a slow node and lost NVLinks.
+func (n *Node) sideFactor(f frame) float64 {
+	x := f.v.slow
+	for i := range f.v.gpus {
+		x *= f.v.gpus[i].linkFactor
+	}
+	return x
+}
+
+// writeAllReduceTable writes the result table and the footer of a run
+// whose bus bandwidth at the largest size is busTarget, over ranks ranks.
+func writeAllReduceTable(b *strings.Builder, sh arShape, busTarget, noisePct float64, wrongAt uint64, rng *rand.Rand) {
+	factor := 1.0
+	if sh.ranks > 1 {
+		factor = 2 * float64(sh.ranks-1) / float64(sh.ranks)
+	}
+	maxB := float64(sh.maxBytes)
 	tTarget := maxB / (busTarget / factor * 1e9)
 	rest := tTarget - allReduceT0 - allReduceTMid*maxB/(maxB+allReduceSMid)
 	bw := maxB / math.Max(rest, tTarget/4) // bytes/s at infinite size
-	rng := rand.New(rand.NewPCG(hash64(s.Seed, s.Name, "nccl"), run))
 
 	b.WriteString("#\n")
-	fmt.Fprintf(&b, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
-	fmt.Fprintf(&b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
+	fmt.Fprintf(b, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
+	fmt.Fprintf(b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
 		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "")
-	fmt.Fprintf(&b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
+	fmt.Fprintf(b, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
 		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "")
 
 	var sum float64
 	var rows int
 	var wrongTotal uint64
-	for size := uint64(8); size <= s.MaxBytes; size *= 2 {
-		fmt.Fprintf(&b, "%12d  %12d  %8s  %6s  %6d", size, size/4, "float", "sum", -1)
+	for size := sh.minBytes; size <= sh.maxBytes; size *= sh.step {
+		fmt.Fprintf(b, "%12d  %12d  %8s  %6s  %6d", size, size/4, "float", "sum", -1)
 		sz := float64(size)
 		base := allReduceT0 + sz/bw + allReduceTMid*sz/(sz+allReduceSMid)
 		// Small sizes jitter more: launch latency is noisy, bulk copies are not.
-		sigma := s.NoisePct / 100 * (1 + 3*allReduceSMid/(sz+allReduceSMid))
+		sigma := noisePct / 100 * (1 + 3*allReduceSMid/(sz+allReduceSMid))
 		for place := range 2 {
 			t := base * (1 + sigma*rng.NormFloat64())
 			if place == 1 {
@@ -110,24 +196,26 @@ func (n *Node) renderAllReduce(f frame, run uint64) host.Capture {
 			alg := sz / t / 1e9
 			bus := alg * factor
 			var wrong uint64
-			if size*2 > s.MaxBytes && f.v.ncclWrong > 0 {
-				wrong = f.v.ncclWrong
+			if size*2 > sh.maxBytes && wrongAt > 0 {
+				wrong = wrongAt
 			}
 			wrongTotal += wrong
 			sum += bus
 			rows++
-			fmt.Fprintf(&b, "  %7s  %6s  %6s  %6d", floatStr(t*1e6, 7), floatStr(alg, 6), floatStr(bus, 6), wrong)
+			fmt.Fprintf(b, "  %7s  %6s  %6s  %6d", floatStr(t*1e6, 7), floatStr(alg, 6), floatStr(bus, 6), wrong)
 		}
 		b.WriteByte('\n')
+		if size > sh.maxBytes/sh.step {
+			break // the next size would overflow or pass the end
+		}
 	}
 	verdict := "OK"
 	if wrongTotal > 0 {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(&b, "# %-20s : %d %s\n", "Out of bounds values", wrongTotal, verdict)
-	fmt.Fprintf(&b, "# %-20s : %s \n", "Avg bus bandwidth", strconv.FormatFloat(sum/float64(max(rows, 1)), 'g', 6, 64))
+	fmt.Fprintf(b, "# %-20s : %d %s\n", "Out of bounds values", wrongTotal, verdict)
+	fmt.Fprintf(b, "# %-20s : %s \n", "Avg bus bandwidth", strconv.FormatFloat(sum/float64(max(rows, 1)), 'g', 6, 64))
 	b.WriteString("#\n# Collective test concluded: all_reduce_perf\n#\n")
-	return host.OK([]byte(b.String()))
 }
 
 // floatStr prints v in width columns with as many decimals (2, 1, 0) as

@@ -33,10 +33,17 @@ type Node struct {
 	hcas  []hcaInfo
 	pci   []pciFunc
 	tree  *fsTree
-	base  []logLine // boot messages, stamped since boot
 
-	mu       sync.Mutex
-	boot     time.Time
+	mu   sync.Mutex
+	boot time.Time
+	// driver and fabricManager are the installed versions: an upgrade
+	// action changes them; base is the boot log that loads them.
+	driver, fabricManager string
+	base                  []logLine // boot messages, stamped since boot
+	// upgrading is set while a driver action runs: a second one is refused.
+	upgrading bool
+	// burns counts gpu-burn actions running: the GPUs run hot meanwhile.
+	burns    int
 	entries  []faultEntry
 	nextID   uint64
 	v        *view
@@ -98,6 +105,7 @@ func New(spec Spec) (*Node, error) {
 	}
 	n.gpus = deriveGPUs(&n.spec, n.boot)
 	n.hcas = deriveHCAs(&n.spec)
+	n.driver, n.fabricManager = spec.Driver, spec.FabricManager
 	n.base = bootLog(&n.spec)
 	n.ports = make([]portCounters, len(spec.HCAs))
 	n.nvlErr = make([][]uint64, len(spec.GPUs))
@@ -107,6 +115,9 @@ func New(spec Spec) (*Node, error) {
 	n.pci = pciFuncs(&n.spec)
 	n.tree = spec.Shared.tree(treeShape(&n.spec, n.pci), func() *fsTree { return buildTree(&n.spec, n.pci) })
 	n.rebuild()
+	if spec.Fabric != nil {
+		spec.Fabric.join(n)
+	}
 	return n, nil
 }
 
@@ -119,6 +130,9 @@ func (n *Node) Now() time.Time { return n.clock.Now() }
 // Spec returns the node's spec with derived identities filled in.
 func (n *Node) Spec() Spec {
 	s := n.spec
+	n.mu.Lock()
+	s.Driver, s.FabricManager = n.driver, n.fabricManager
+	n.mu.Unlock()
 	s.GPUs = slices.Clone(s.GPUs)
 	s.HCAs = slices.Clone(s.HCAs)
 	s.NVSwitches = slices.Clone(s.NVSwitches)
@@ -251,9 +265,10 @@ func (n *Node) removeLocked(kind FaultKind, target string, now time.Time) bool {
 // rebuild folds the fault entries into a fresh view. Called with mu held.
 func (n *Node) rebuild() {
 	v := &view{
-		gpus: make([]gpuFaults, len(n.spec.GPUs)),
-		hcas: make([]hcaFaults, len(n.spec.HCAs)),
-		slow: 1,
+		gpus:    make([]gpuFaults, len(n.spec.GPUs)),
+		hcas:    make([]hcaFaults, len(n.spec.HCAs)),
+		slow:    1,
+		burning: n.burns > 0,
 	}
 	for i := range v.gpus {
 		v.gpus[i].linkFactor = 1
@@ -284,18 +299,23 @@ func (n *Node) rebuild() {
 	n.v = v
 }
 
-// frame is what one rendering reads: the immutable view and the time.
+// frame is what one rendering reads: the immutable view, the time and
+// the installed software.
 type frame struct {
 	v    *view
 	now  time.Time
 	boot time.Time
+	// driver and fabricManager are the installed versions; base is the
+	// boot log (never modified, replaced on a driver change).
+	driver, fabricManager string
+	base                  []logLine
 }
 
 func (n *Node) frame() frame {
 	now := n.clock.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return frame{v: n.v, now: now, boot: n.boot}
+	return frame{v: n.v, now: now, boot: n.boot, driver: n.driver, fabricManager: n.fabricManager, base: n.base}
 }
 
 // uptime is the time since boot, never negative.
@@ -336,14 +356,18 @@ func (n *Node) Capture(ctx context.Context, src snapshot.Source) host.Capture {
 		if noGPU {
 			return host.Absent("all_reduce_perf not found")
 		}
-		return n.renderAllReduce(n.frame(), n.nextRun())
+		return n.renderAllReduce(n.frame(), n.nextRun(), host.ParamsFrom(ctx))
 	case snapshot.SrcDCGMDiag:
 		if noGPU || !n.spec.DCGMDiag {
 			return host.Absent("dcgmi not found")
 		}
-		return n.renderDCGM(n.frame())
+		level := n.spec.DCGMLevel
+		if l, err := strconv.Atoi(host.ParamsFrom(ctx)["level"]); err == nil && l >= 1 && l <= 4 {
+			level = l
+		}
+		return n.renderDCGM(n.frame(), level)
 	case snapshot.SrcVersions:
-		return host.OK(n.renderVersions())
+		return host.OK(n.renderVersions(n.frame()))
 	default:
 		return host.Absent(string(src) + " is not a command source")
 	}

@@ -147,7 +147,7 @@ func (n *Node) renderXML(f frame) []byte {
 	w := xmlWriter{b: make([]byte, 0, 1024+11*1024*len(n.spec.GPUs))}
 	w.raw("<?xml version=\"1.0\" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM \"nvsmi_device_v12.dtd\">\n<nvidia_smi_log>\n")
 	w.el(1, "timestamp", f.now.Format("Mon Jan _2 15:04:05 2006"))
-	w.el(1, "driver_version", n.spec.Driver)
+	w.el(1, "driver_version", f.driver)
 	w.el(1, "cuda_version", n.spec.CUDA)
 	w.elInt(1, "attached_gpus", uint64(f.v.gpusPresent), "")
 	for i := range n.spec.GPUs {
@@ -212,7 +212,7 @@ func (n *Node) appendGPU(w *xmlWriter, i int, f frame) {
 	w.el(3, "current_gom", "N/A")
 	w.el(3, "pending_gom", "N/A")
 	w.close(2, "gpu_operation_mode")
-	w.el(2, "gsp_firmware_version", n.spec.Driver)
+	w.el(2, "gsp_firmware_version", f.driver)
 	w.open(2, "gpu_virtualization_mode")
 	w.el(3, "virtualization_mode", "None")
 	w.el(3, "host_vgpu_mode", "N/A")
@@ -388,10 +388,16 @@ func (n *Node) appendGPU(w *xmlWriter, i int, f frame) {
 	memTemp := float64(info.memTempC)
 	power := info.idlePowerW
 	clock := m.IdleClockMHz
-	if hot {
+	switch {
+	case hot:
 		temp, memTemp = gf.hotC, gf.hotC-6
 		power = m.PowerLimitW * 0.92
 		clock = m.MaxClockMHz * 2 / 3
+	case f.v.burning:
+		// A stress load: warm, at full power and clocks, below slowdown.
+		temp, memTemp = m.SlowdownC-12, m.SlowdownC-8
+		power = m.PowerLimitW * 0.97
+		clock = m.MaxClockMHz
 	}
 	w.open(2, "temperature")
 	w.el(3, "gpu_temp", cTemp(temp))

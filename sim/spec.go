@@ -194,6 +194,9 @@ type Spec struct {
 	// healthy node; NoisePct its relative noise (1 sigma, percent).
 	BusBWGBps float64
 	NoisePct  float64
+	// MultiBusBWGBps is a healthy pair's busbw at the largest size in a
+	// 2-node all_reduce_perf over the HCAs; 0 means 0.95 × BusBWGBps.
+	MultiBusBWGBps float64
 	// MaxBytes is all_reduce_perf's -e (largest message); 8 GiB by default.
 	MaxBytes uint64
 	// NCCLDebugInfo adds NCCL_DEBUG=INFO lines (version, NET/IB) to the output.
@@ -205,6 +208,12 @@ type Spec struct {
 	// Shared, when set, lets nodes of the same shape share their file-tree
 	// layout: give every node of a large simulated fleet the same one.
 	Shared *Shared
+	// Fabric, when set, joins the node to a cluster: a multi-node run
+	// launched on any member reaches the others by name (and only them).
+	Fabric *Fabric
+	// ActionDelay is how long a driver upgrade or rollback action takes
+	// before the node reboots with the new driver (wall time; 0: at once).
+	ActionDelay time.Duration
 }
 
 // DefaultSpec is an 8×H100 SXM HGX node with eight ConnectX-7 NDR 400
@@ -230,9 +239,11 @@ func DefaultSpec(name string) Spec {
 		DCGMLevel:       1,
 		PeerMem:         true,
 		BusBWGBps:       480,
-		NoisePct:        0.6,
-		MaxBytes:        8 << 30,
-		CPUs:            224,
+		// 2-node over 8×NDR 400: the shipped reference baseline (baselines/).
+		MultiBusBWGBps: 469,
+		NoisePct:       0.6,
+		MaxBytes:       8 << 30,
+		CPUs:           224,
 	}
 	m := H100SXM()
 	for i := range 8 {
@@ -262,6 +273,7 @@ func A100Spec(name string) Spec {
 	s := DefaultSpec(name)
 	s.Labels = map[string]string{"sku": "a100"}
 	s.BusBWGBps = 230
+	s.MultiBusBWGBps = 192 // 2-node over 8×HDR 200, as baselines/ ships it
 	s.GPUs, s.HCAs, s.NVSwitches = nil, nil, nil
 	m := A100SXM()
 	for i := range 8 {
@@ -334,6 +346,9 @@ func (s *Spec) fillDerived() {
 	}
 	if s.MaxBytes == 0 {
 		s.MaxBytes = 8 << 30
+	}
+	if s.MultiBusBWGBps == 0 {
+		s.MultiBusBWGBps = 0.95 * s.BusBWGBps
 	}
 	if s.CPUs == 0 {
 		s.CPUs = 1

@@ -289,8 +289,7 @@ func buildTree(s *Spec, funcs []pciFunc) *fsTree {
 	procFile(root.mkdirAll("proc/sys/kernel"), "osrelease", specLine(func(s *Spec, _ int) string { return s.Kernel }))
 	if len(s.GPUs) > 0 {
 		procFile(root.mkdirAll("proc/driver/nvidia"), "version", func(v *fsView, _ int, b []byte) []byte {
-			s := &v.n.spec
-			b = fmt.Appendf(b, "NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  %s\n", s.Driver, s.DriverBuildDate)
+			b = fmt.Appendf(b, "NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  %s\n", v.f.driver, v.n.spec.DriverBuildDate)
 			return append(b, "GCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04) \n"...)
 		})
 	}

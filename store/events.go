@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -13,6 +14,9 @@ const (
 	EventOperatorAction = "operator_action"
 	EventRefused        = "refused"    // the coordinator refused something an agent sent
 	EventConnection     = "connection" // streams opened, replaced, closed
+	// EventAudit records an action taken by or for a campaign: who
+	// decided it and why (coordinator.Server.Audit).
+	EventAudit = "audit"
 )
 
 // Event is one line of the event log.
@@ -25,10 +29,11 @@ type Event struct {
 	Message string
 }
 
-// EventQuery selects events: Node narrows to one node; Limit bounds the
-// rows (default 50, at most 10,000).
+// EventQuery selects events: Node narrows to one node, Kind to one kind;
+// Limit bounds the rows (default 50, at most 10,000).
 type EventQuery struct {
 	Node  string
+	Kind  string
 	Limit int
 }
 
@@ -54,15 +59,21 @@ func (s *Store) AddEvent(ctx context.Context, e Event) error {
 // Events returns the newest events that match, oldest of them first.
 func (s *Store) Events(ctx context.Context, q EventQuery) ([]Event, error) {
 	limit := clampLimit(q.Limit)
-	var rows *sql.Rows
-	var err error
+	// Each filter has its own index (events_node, events_kind); the
+	// planner picks one and checks the other on the rows it walks.
+	query := `SELECT id, time, node, kind, actor, message FROM events`
+	var where []string
+	var args []any
 	if q.Node != "" {
-		rows, err = s.r.QueryContext(ctx, `SELECT id, time, node, kind, actor, message FROM events
-			WHERE node = ? ORDER BY id DESC LIMIT ?`, q.Node, limit)
-	} else {
-		rows, err = s.r.QueryContext(ctx, `SELECT id, time, node, kind, actor, message FROM events
-			ORDER BY id DESC LIMIT ?`, limit)
+		where, args = append(where, "node = ?"), append(args, q.Node)
 	}
+	if q.Kind != "" {
+		where, args = append(where, "kind = ?"), append(args, q.Kind)
+	}
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	rows, err := s.r.QueryContext(ctx, query+" ORDER BY id DESC LIMIT ?", append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}

@@ -7,6 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,6 +89,7 @@ func (r *Result) Validate() error {
 
 type ingestReq struct {
 	r    Result
+	prep *prepared
 	ack  Ack
 	err  error
 	done chan struct{}
@@ -106,7 +110,12 @@ func (s *Store) Ingest(ctx context.Context, r Result) (Ack, error) {
 	if r.Started.IsZero() {
 		r.Started = r.Finished
 	}
-	req := &ingestReq{r: r, done: make(chan struct{}), dupOf: -1}
+	// Computed here, on the caller's goroutine, so the one writer only writes.
+	prep, err := prepare(&r)
+	if err != nil {
+		return Ack{}, err
+	}
+	req := &ingestReq{r: r, prep: prep, done: make(chan struct{}), dupOf: -1}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -220,156 +229,80 @@ func (s *Store) commit(batch []*ingestReq) {
 	s.batches.Add(1)
 	s.committed.Add(uint64(len(batch)))
 	s.commitNS.Add(uint64(took))
+	if s.opts.OnCommit != nil {
+		s.opts.OnCommit(len(batch), took)
+	}
 	s.log.Debug().Int("results", len(batch)).Dur("took", took).Msg("store: batch committed")
 }
 
-func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
-	ctx := context.Background() // a batch is committed whole, whoever stopped waiting
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("store results: begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	storedMS := stored.UnixMilli()
-	firstOf := make(map[string]int, len(batch))
-	sums := make(map[summaryKey]*summaryVal)
-	for i, req := range batch {
-		r := &req.r
-		if j, ok := firstOf[r.ID]; ok {
-			req.dupOf = j
-			continue
-		}
-		firstOf[r.ID] = i
-		res, err := tx.ExecContext(ctx, `INSERT INTO results (id, node, work_id, started, finished, status, full, stored)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
-			r.ID, r.Node, r.WorkID, ms(r.Started), ms(r.Finished), string(r.Status), boolInt(r.Full), storedMS)
-		if err != nil {
-			return fmt.Errorf("store result %s: %w", r.ID, err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			var node string
-			var was int64
-			if err := tx.QueryRowContext(ctx, `SELECT node, stored FROM results WHERE id = ?`, r.ID).Scan(&node, &was); err != nil {
-				return fmt.Errorf("look up stored result %s: %w", r.ID, err)
-			}
-			if node != r.Node {
-				req.err = fmt.Errorf("%w: %s is %s's, not %s's", ErrIDConflict, r.ID, node, r.Node)
-				continue
-			}
-			req.ack = Ack{ResultID: r.ID, Duplicate: true, Stored: fromMS(was)}
-			continue
-		}
-		if err := insertChecks(ctx, tx, r, storedMS, sums); err != nil {
-			return err
-		}
-		if r.Full {
-			if _, err := tx.ExecContext(ctx, `UPDATE nodes SET has_full = 1 WHERE name = ? AND has_full = 0`, r.Node); err != nil {
-				return fmt.Errorf("store result %s: mark full: %w", r.ID, err)
-			}
-		}
-		if r.Inventory != nil {
-			if err := recordInventory(ctx, tx, r.Node, r.Inventory, ms(r.Finished)); err != nil {
-				return fmt.Errorf("store result %s: %w", r.ID, err)
-			}
-		}
-		req.ack = Ack{ResultID: r.ID, Stored: fromMS(storedMS)}
-	}
-	if err := upsertSummaries(ctx, tx, sums); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store results: commit: %w", err)
-	}
-	return nil
-}
-
-func insertChecks(ctx context.Context, tx *sql.Tx, r *Result, stored int64, sums map[summaryKey]*summaryVal) error {
-	finished := ms(r.Finished)
-	day := r.Finished.UTC().Format(time.DateOnly)
-	for i := range r.Checks {
-		c := &r.Checks[i]
-		findings := c.Findings
-		if findings == nil {
-			findings = []report.Finding{}
-		}
-		fj, err := json.Marshal(findings)
-		if err != nil {
-			return fmt.Errorf("store result %s: check %s findings: %w", r.ID, c.Name, err)
-		}
-		mj, err := marshalMetrics(c.Metrics)
-		if err != nil {
-			return fmt.Errorf("store result %s: check %s metrics: %w", r.ID, c.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO check_results
-			(result_id, node, check_name, status, reason, findings, metrics, duration_ms, finished, stored)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.ID, r.Node, c.Name, string(c.Status), clip(c.Reason), string(fj), mj, finite(c.DurationMS), finished, stored); err != nil {
-			return fmt.Errorf("store result %s: check %s: %w", r.ID, c.Name, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO node_checks (node, check_name, status, detail, result_id, finished)
-			VALUES (?, ?, ?, ?, ?, ?)
-			ON CONFLICT (node, check_name) DO UPDATE SET
-				status = excluded.status, detail = excluded.detail,
-				result_id = excluded.result_id, finished = excluded.finished
-			WHERE excluded.finished > node_checks.finished
-				OR (excluded.finished = node_checks.finished AND excluded.result_id >= node_checks.result_id)`,
-			r.Node, c.Name, string(c.Status), CheckDetail(*c), r.ID, finished); err != nil {
-			return fmt.Errorf("store result %s: latest %s: %w", r.ID, c.Name, err)
-		}
-		k := summaryKey{r.Node, c.Name, day}
-		v := sums[k]
-		if v == nil {
-			v = &summaryVal{}
-			sums[k] = v
-		}
-		switch c.Status {
-		case report.Pass:
-			v.pass++
-		case report.Warn:
-			v.warn++
-		case report.Fail:
-			v.fail++
-		case report.Error:
-			v.errs++
-		case report.Skip:
-			v.skip++
-		}
-		v.durationMS += finite(c.DurationMS)
-	}
-	return nil
-}
-
-func upsertSummaries(ctx context.Context, tx *sql.Tx, sums map[summaryKey]*summaryVal) error {
-	for k, v := range sums {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO check_summaries
-			(node, check_name, day, pass, warn, fail, error, skip, duration_ms_total)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (node, check_name, day) DO UPDATE SET
-				pass = pass + excluded.pass, warn = warn + excluded.warn,
-				fail = fail + excluded.fail, error = error + excluded.error,
-				skip = skip + excluded.skip,
-				duration_ms_total = duration_ms_total + excluded.duration_ms_total`,
-			k.node, k.check, k.day, v.pass, v.warn, v.fail, v.errs, v.skip, v.durationMS); err != nil {
-			return fmt.Errorf("store summary %s/%s/%s: %w", k.node, k.check, k.day, err)
-		}
-	}
-	return nil
-}
-
-// marshalMetrics drops values JSON cannot carry; the report contract
-// forbids them anyway.
+// marshalMetrics writes a check's metrics as a JSON object, byte for byte
+// as encoding/json writes the map (keys sorted, ES6 number form), without
+// its reflection: it runs for every check of every result, hundreds of
+// metrics a result. Values JSON cannot carry are dropped; the report
+// contract forbids them anyway.
 func marshalMetrics(m map[string]float64) (string, error) {
 	if len(m) == 0 {
 		return "{}", nil
 	}
-	clean := make(map[string]float64, len(m))
+	keys := make([]string, 0, len(m))
+	size := 2
 	for k, v := range m {
 		if finite(v) == v {
-			clean[k] = v
+			keys = append(keys, k)
+			size += len(k) + 26
 		}
 	}
-	b, err := json.Marshal(clean)
-	return string(b), err
+	slices.Sort(keys)
+	var b strings.Builder // its String() does not copy
+	b.Grow(size)
+	b.WriteByte('{')
+	var num [32]byte
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if err := writeJSONString(&b, k); err != nil {
+			return "", err
+		}
+		b.WriteByte(':')
+		b.Write(appendJSONFloat(num[:0], m[k]))
+	}
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+// writeJSONString quotes s as encoding/json does. Metric names are plain
+// ASCII and are copied; anything else goes through encoding/json.
+func writeJSONString(b *strings.Builder, s string) error {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, err := json.Marshal(s)
+			b.Write(q)
+			return err
+		}
+	}
+	b.WriteByte('"')
+	b.WriteString(s)
+	b.WriteByte('"')
+	return nil
+}
+
+// appendJSONFloat formats a finite v as encoding/json does: like
+// ECMAScript, plain decimals between 1e-6 and 1e21, exponents outside,
+// without a leading zero in the exponent.
+func appendJSONFloat(b []byte, v float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(v); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, v, format, -1, 64)
+	if format == 'e' {
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
 }
 
 func finite(v float64) float64 {
@@ -436,58 +369,31 @@ func inventoryHash(inv *report.Inventory) (string, error) {
 }
 
 // recordInventory sets the node's current inventory and appends a history
-// row when its identity changed since the last row.
+// row when its identity changed since the last row (NodeJoined; the writer
+// goes through writeInventories).
 func recordInventory(ctx context.Context, tx *sql.Tx, node string, inv *report.Inventory, at int64) error {
-	raw, err := json.Marshal(inv)
+	p, err := prepareInventory(inv)
 	if err != nil {
 		return fmt.Errorf("inventory of %s: %w", node, err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE nodes SET inventory = ? WHERE name = ?`, string(raw), node); err != nil {
-		return fmt.Errorf("inventory of %s: %w", node, err)
-	}
-	hash, err := inventoryHash(inv)
+	last, err := lastInventoryHash(ctx, tx, node)
 	if err != nil {
-		return fmt.Errorf("inventory of %s: %w", node, err)
+		return err
 	}
-	var last string
-	err = tx.QueryRowContext(ctx, `SELECT hash FROM inventory_history WHERE node = ? ORDER BY id DESC LIMIT 1`, node).Scan(&last)
-	if err != nil && err != sql.ErrNoRows {
-		return fmt.Errorf("inventory history of %s: %w", node, err)
-	}
-	if last == hash {
-		return nil
-	}
-	return insertInventory(ctx, tx, node, inv, at)
+	_, err = writeInventory(ctx, tx, node, p, at, last)
+	return err
 }
 
+// insertInventory appends a history row for inv, changed or not (the schema
+// migration seeds each node's history with it).
 func insertInventory(ctx context.Context, tx *sql.Tx, node string, inv *report.Inventory, at int64) error {
-	hash, err := inventoryHash(inv)
-	if err != nil {
-		return fmt.Errorf("inventory of %s: %w", node, err)
-	}
-	raw, err := json.Marshal(inv)
-	if err != nil {
-		return fmt.Errorf("inventory of %s: %w", node, err)
-	}
-	serials := make([]string, 0, len(inv.GPUs))
-	for _, g := range inv.GPUs {
-		serials = append(serials, g.Serial)
-	}
-	fw := make(map[string]string, len(inv.HCAs))
-	for _, h := range inv.HCAs {
-		fw[h.Name] = h.FWVersion
-	}
-	sj, err := json.Marshal(serials)
-	if err != nil {
-		return fmt.Errorf("inventory of %s: %w", node, err)
-	}
-	fj, err := json.Marshal(fw) // encoding/json sorts map keys
+	p, err := prepareInventory(inv)
 	if err != nil {
 		return fmt.Errorf("inventory of %s: %w", node, err)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO inventory_history
 		(node, time, hash, driver_version, gpu_serials, hca_firmware, inventory) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		node, at, hash, inv.DriverVersion, string(sj), string(fj), string(raw)); err != nil {
+		node, at, p.hash, p.driver, p.serials, p.firmware, p.raw); err != nil {
 		return fmt.Errorf("inventory history of %s: %w", node, err)
 	}
 	return nil

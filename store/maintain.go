@@ -14,13 +14,15 @@ import (
 type PruneStats struct {
 	Results      int
 	CheckResults int
+	Dispatches   int
 }
 
 // pruneChunk bounds one delete transaction, so ingest is never held off
 // for long.
 const pruneChunk = 2000
 
-// Prune deletes raw results and check results stored before the cutoff.
+// Prune deletes raw results, check results and work dispatch records
+// stored before the cutoff.
 // Summaries, events, inventory history and each check's newest status
 // stay. Rows are appended in stored order, so the old ones are a prefix of
 // each table in rowid order: no index on time is needed (and none is paid
@@ -31,7 +33,7 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (PruneStats, error)
 	for _, t := range []struct {
 		table string
 		count *int
-	}{{"check_results", &st.CheckResults}, {"results", &st.Results}} {
+	}{{"check_results", &st.CheckResults}, {"results", &st.Results}, {"dispatches", &st.Dispatches}} {
 		for {
 			n, err := s.prunePrefix(ctx, t.table, cut)
 			*t.count += n

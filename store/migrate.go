@@ -25,6 +25,7 @@ func migrations() []migration {
 	return []migration{
 		{version: 1, name: "nodes, results, check results, latest check per node, events", sql: schemaV1},
 		{version: 2, name: "inventory history and daily check summaries", sql: schemaV2, fn: seedInventoryHistory},
+		{version: 3, name: "work dispatched to nodes, events by kind", sql: schemaV3},
 	}
 }
 
@@ -130,6 +131,20 @@ SELECT node, check_name, strftime('%Y-%m-%d', finished / 1000, 'unixepoch'),
        SUM(status = 'pass'), SUM(status = 'warn'), SUM(status = 'fail'),
        SUM(status = 'error'), SUM(status = 'skip'), SUM(duration_ms)
 FROM check_results GROUP BY 1, 2, 3;
+`
+
+// Version 3: which node was sent which work, so a result naming a work id
+// is accepted only from a node the work went to, also after a restart
+// (rows are pruned with raw results, in stored order); and events listed
+// by kind for the audit log.
+const schemaV3 = `
+CREATE TABLE dispatches (
+	work_id TEXT NOT NULL,
+	node    TEXT NOT NULL,
+	stored  INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX dispatches_work_node ON dispatches(work_id, node);
+CREATE INDEX events_kind ON events(kind, id);
 `
 
 // seedInventoryHistory gives every known node a first history row from the

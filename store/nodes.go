@@ -61,6 +61,9 @@ type Join struct {
 	// State is set on a node seen for the first time.
 	InitialState  string
 	InitialReason string
+	// FirstEvent, when set, is recorded in the same transaction for a node
+	// seen for the first time (its node and time are the join's).
+	FirstEvent *Event
 }
 
 // NodeJoined records an agent's hello: labels, versions, inventory (and its
@@ -101,8 +104,22 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 			return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
 		}
 	}
+	if !existed && j.FirstEvent != nil {
+		ev := *j.FirstEvent
+		ev.Node, ev.Time = j.Node, j.At
+		if ev.Time.IsZero() {
+			ev.Time = s.opts.Now()
+		}
+		if err := insertEvent(ctx, tx, ev); err != nil {
+			return Node{}, false, fmt.Errorf("node %s joined: event: %w", j.Node, err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return Node{}, false, fmt.Errorf("node %s joined: commit: %w", j.Node, err)
+	}
+	if j.Inventory != nil {
+		// Written past the writer's cache: it must read the node again.
+		s.inv.forget(j.Node)
 	}
 	n, err := s.Node(ctx, j.Node)
 	return n, existed, err

@@ -60,6 +60,10 @@ type Options struct {
 	Logger zerolog.Logger
 	// Now is the clock (default time.Now); tests set it.
 	Now func() time.Time
+	// OnCommit, when set, is called by the writer after each committed
+	// batch with its size and the time the transaction took (metrics).
+	// It runs on the writer goroutine, so it must not block.
+	OnCommit func(results int, took time.Duration)
 }
 
 func (o *Options) defaults() {
@@ -100,6 +104,8 @@ type Store struct {
 	batches   atomic.Uint64
 	committed atomic.Uint64
 	commitNS  atomic.Uint64
+
+	inv invCache // what the writer knows of each node's stored inventory
 }
 
 // Stats counts the writer's work since Open.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,11 +10,14 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/host/live"
+	"github.com/fleetcheck/fleetcheck/metrics"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -44,9 +48,33 @@ func newAgentCmd() *cobra.Command {
 			if cfg.Checks.Expect.GPUCount > 0 {
 				h.SetGPUCount(cfg.Checks.Expect.GPUCount)
 			}
-			a, err := agent.New(cfg, h, logger, agent.WithVersion(version))
+			reg := prometheus.NewRegistry()
+			for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+				if err := reg.Register(c); err != nil {
+					return err
+				}
+			}
+			am, err := metrics.NewAgent(reg, metrics.AgentInfo{Node: cfg.Node, Version: version})
 			if err != nil {
 				return err
+			}
+			a, err := agent.New(cfg, h, logger, agent.WithVersion(version), agent.WithMetrics(am))
+			if err != nil {
+				return err
+			}
+			if cfg.MetricsListen != "off" && cfg.MetricsListen != "" {
+				ms, err := metrics.Listen(cfg.MetricsListen, reg, logger)
+				if err != nil {
+					return err
+				}
+				logger.Info().Str("addr", ms.Addr().String()).Msg("serving /metrics")
+				defer func() {
+					sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					if err := ms.Shutdown(sctx); err != nil {
+						logger.Warn().Err(err).Msg("metrics server shutdown")
+					}
+				}()
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -9,15 +9,20 @@ import (
 	"time"
 
 	"github.com/mattn/go-isatty"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/metrics"
+	"github.com/fleetcheck/fleetcheck/pki"
 	"github.com/fleetcheck/fleetcheck/store"
 )
 
 func newCoordinatorCmd() *cobra.Command {
 	var configFile, logLevel, logFormat string
+	var plaintext bool
 	cmd := &cobra.Command{
 		Use:   "coordinator --config FILE",
 		Short: "Run the coordinator: agents stream results in, operators query and dispatch checks",
@@ -32,7 +37,16 @@ The config is YAML:
   data_dir: /var/lib/fleetcheck # the SQLite database lives here
   retention_days: 30            # raw results older than this are deleted; summaries and events stay
   heartbeat_interval: 10s       # a stream silent for 3 intervals is closed, its node unreachable
-  insecure: true                # plaintext gRPC; required until TLS is configured`,
+  tls:                          # mutual TLS 1.3 for agents and operators (docs/security.md)
+    cert_file: coordinator-fleet.crt   # fleetcheck certs issue coordinator fleet --ip ...
+    key_file: coordinator-fleet.key
+    ca_file: ca.crt
+    trust_domain: fleet.example.net
+  # insecure: true              # instead of tls: plaintext, no authorization (demos, tests)
+
+Relative paths are relative to the config file. Certificate files replaced on disk
+are served from the next handshake on, without a restart. /metrics (Prometheus) is
+served on http_listen next to /healthz (docs/metrics.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configFile == "" {
@@ -42,20 +56,31 @@ The config is YAML:
 			if err != nil {
 				return err
 			}
+			if plaintext {
+				if cfg.TLS != (coordinator.TLSConfig{}) {
+					return fmt.Errorf("--insecure and a tls: section in %s; choose one", configFile)
+				}
+				cfg.Insecure = true
+			}
 			log, err := coordinatorLogger(os.Stderr, logFormat, logLevel)
 			if err != nil {
 				return err
 			}
-			srv, err := coordinator.New(cfg, coordinator.Options{Logger: log, Version: version})
+			raiseFileLimit(log)
+			srv, certs, err := newCoordinator(cfg, log)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if certs != nil {
+				go certs.Run(ctx, 0)
+			}
 			return srv.Serve(ctx)
 		},
 	}
 	cmd.Flags().StringVar(&configFile, "config", "", "coordinator configuration (YAML)")
+	cmd.Flags().BoolVar(&plaintext, "insecure", false, "serve plaintext gRPC with no authorization (as insecure: true; demos and tests only)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&logFormat, "log-format", "auto", "json, console, or auto (console when stderr is a terminal)")
 	cmd.AddCommand(newCoordinatorBackupCmd())
@@ -111,6 +136,35 @@ DIR/fleetcheck.db-shm, copy the backup to DIR/fleetcheck.db, start it.`,
 	return cmd
 }
 
+// newCoordinator wires a coordinator from its config: mutual TLS and
+// authorization (or the explicit insecure mode), and Prometheus metrics
+// on its HTTP mux from a registry of its own. The Reloader, nil when
+// insecure, is the caller's to Run.
+func newCoordinator(cfg coordinator.Config, log zerolog.Logger) (*coordinator.Server, *pki.Reloader, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, nil, err
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, nil, err
+	}
+	cm, err := metrics.NewCoordinator(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, certs, err := coordinator.Secure(cfg, coordinator.Options{Logger: log, Version: version, Metrics: cm})
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := coordinator.New(cfg, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cm.Watch(srv.Stats)
+	srv.HTTPMux().Handle("/metrics", metrics.Handler(reg))
+	return srv, certs, nil
+}
+
 // coordinatorLogger logs JSON lines for collectors, or readable lines for
 // a person at a terminal.
 func coordinatorLogger(w *os.File, format, level string) (zerolog.Logger, error) {
@@ -131,4 +185,30 @@ func coordinatorLogger(w *os.File, format, level string) (zerolog.Logger, error)
 		return zerolog.Logger{}, fmt.Errorf("--log-format %q: want json, console or auto", format)
 	}
 	return zerolog.New(out).Level(lvl).With().Timestamp().Str("component", "coordinator").Logger(), nil
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard limit and
+// says what it is: every connected agent holds a socket, and the common
+// soft limit of 1,024 would refuse the 1,000th agent. The hard limit is the
+// operating system's to raise (systemd LimitNOFILE=, limits.conf); see
+// docs/scale.md.
+func raiseFileLimit(log zerolog.Logger) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		log.Warn().Err(err).Msg("cannot read the open file limit")
+		return
+	}
+	if lim.Cur < lim.Max {
+		was := lim.Cur
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			log.Warn().Err(err).Uint64("soft", was).Uint64("hard", lim.Max).Msg("cannot raise the open file limit")
+			return
+		}
+	}
+	ev := log.Info()
+	if lim.Cur < 16384 {
+		ev = log.Warn() // fewer than ~16,000 agents fit: say so where it will be seen
+	}
+	ev.Uint64("open_files", lim.Cur).Msg("open file limit (about one file per connected agent)")
 }

@@ -50,6 +50,7 @@ func newRoot() *cobra.Command {
 		Version:       version,
 	}
 	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd(), newAgentCmd(),
-		newCoordinatorCmd(), newNodesCmd(), newResultsCmd(), newCheckCmd(), newEventsCmd(), newCertsCmd(), newDemoCmd())
+		newCoordinatorCmd(), newNodesCmd(), newResultsCmd(), newCheckCmd(), newEventsCmd(), newCertsCmd(), newDemoCmd(),
+		newBaselineCmd(), newSweepCmd(), newRolloutCmd(), newBurninCmd(), newDrillCmd())
 	return root
 }

@@ -19,36 +19,52 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/report"
 )
 
-// envCoordinator names the coordinator when --coordinator is not given.
+// Environment defaults of the operator's flags.
 const (
 	envCoordinator     = "FLEETCHECK_COORDINATOR"
+	envCert            = "FLEETCHECK_CERT"
+	envKey             = "FLEETCHECK_KEY"
+	envCA              = "FLEETCHECK_CA"
+	envTrustDomain     = "FLEETCHECK_TRUST_DOMAIN"
 	defaultCoordinator = "127.0.0.1:7443"
 	callTimeout        = 30 * time.Second
 )
-
-// dialOptions is the one place that says how operators reach the
-// coordinator; plaintext until TLS is configured.
-func dialOptions() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-}
 
 // opFlags are shared by the operator's verbs.
 type opFlags struct {
 	addr   string
 	output string
+	// The operator's identity: an admin certificate (fleetcheck certs
+	// issue admin NAME), or an explicit --insecure for a plaintext
+	// coordinator.
+	cert, key, ca string
+	serverName    string
+	trustDomain   string
+	insecure      bool
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 func (f *opFlags) register(cmd *cobra.Command) {
-	addr := os.Getenv(envCoordinator)
-	if addr == "" {
-		addr = defaultCoordinator
-	}
-	cmd.Flags().StringVar(&f.addr, "coordinator", addr, "coordinator gRPC address (default from $"+envCoordinator+", else "+defaultCoordinator+")")
-	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	fl := cmd.Flags()
+	fl.StringVar(&f.addr, "coordinator", envOr(envCoordinator, defaultCoordinator), "coordinator gRPC address (default from $"+envCoordinator+", else "+defaultCoordinator+")")
+	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	fl.StringVar(&f.cert, "cert", os.Getenv(envCert), "operator certificate, spiffe://TD/admin/NAME (default $"+envCert+")")
+	fl.StringVar(&f.key, "key", os.Getenv(envKey), "its private key (default $"+envKey+")")
+	fl.StringVar(&f.ca, "ca", os.Getenv(envCA), "CA bundle the coordinator's certificate must chain to (default $"+envCA+")")
+	fl.StringVar(&f.trustDomain, "trust-domain", os.Getenv(envTrustDomain), "require the coordinator to hold spiffe://TRUST_DOMAIN/coordinator/NAME (default $"+envTrustDomain+")")
+	fl.StringVar(&f.serverName, "server-name", "", "name to expect in the coordinator's certificate (default: the host of --coordinator)")
+	fl.BoolVar(&f.insecure, "insecure", false, "plaintext, no certificate: only for a coordinator started with insecure: true (demo, tests)")
 }
 
 func (f *opFlags) validate() error {
@@ -61,11 +77,40 @@ func (f *opFlags) validate() error {
 	return nil
 }
 
+// dialOptions is the one place that says how operators reach the
+// coordinator: mutual TLS with the operator's certificate, or plaintext
+// only when asked for by name.
+func (f *opFlags) dialOptions() ([]grpc.DialOption, error) {
+	set := f.cert != "" || f.key != "" || f.ca != ""
+	switch {
+	case f.insecure && set:
+		return nil, errors.New("--insecure and --cert/--key/--ca (or $" + envCert + ", $" + envKey + ", $" + envCA + ") both given; choose one")
+	case f.insecure:
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	case f.cert == "" || f.key == "" || f.ca == "":
+		return nil, errors.New("no operator certificate: give --cert, --key and --ca (or $" + envCert + ", $" + envKey + ", $" + envCA +
+			"), or --insecure for a plaintext coordinator")
+	}
+	r, err := pki.NewReloader(pki.Files{CertFile: f.cert, KeyFile: f.key, CAFile: f.ca}, pki.ReloaderOptions{CheckInterval: -1})
+	if err != nil {
+		return nil, err
+	}
+	creds, err := pki.ClientCredentials(pki.ClientOptions{Reloader: r, ServerName: f.serverName, TrustDomain: f.trustDomain})
+	if err != nil {
+		return nil, err
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, nil
+}
+
 func (f *opFlags) client() (pb.OperatorServiceClient, func(), error) {
 	if err := f.validate(); err != nil {
 		return nil, nil, err
 	}
-	cc, err := grpc.NewClient(f.addr, dialOptions()...)
+	opts, err := f.dialOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	cc, err := grpc.NewClient(f.addr, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator %s: %w", f.addr, err)
 	}
@@ -330,8 +375,9 @@ func newCheckCmd() *cobra.Command {
 	var f opFlags
 	var checks []string
 	var timeout time.Duration
+	var reason string
 	cmd := &cobra.Command{
-		Use:   "check SELECTOR --checks LIST [--timeout D]",
+		Use:   "check SELECTOR --checks LIST [--timeout D] [--reason WHY]",
 		Short: "Run checks now on every node a selector picks, and wait for the outcome",
 		Long: `Ask every node the selector picks ('' for all) to run the named checks now, show
 progress while waiting, then a table of per-node outcomes.
@@ -354,7 +400,7 @@ errored, refused, timed out or was unreachable, 2 when the command could not run
 			// The call outlives the work's timeout by a margin for the final message.
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout+callTimeout)
 			defer cancel()
-			stream, err := c.RunCheck(ctx, &pb.RunCheckRequest{Selector: args[0], Checks: checks, TimeoutMs: timeout.Milliseconds()})
+			stream, err := c.RunCheck(ctx, &pb.RunCheckRequest{Selector: args[0], Checks: checks, TimeoutMs: timeout.Milliseconds(), Reason: reason})
 			if err != nil {
 				return f.rpcError(err)
 			}
@@ -379,6 +425,7 @@ errored, refused, timed out or was unreachable, 2 when the command could not run
 	f.register(cmd)
 	cmd.Flags().StringSliceVar(&checks, "checks", nil, "checks to run (comma separated)")
 	cmd.Flags().DurationVar(&timeout, "timeout", coordinator.DefaultRunTimeout, "how long to wait for the nodes")
+	cmd.Flags().StringVar(&reason, "reason", "", "why you run it (a ticket, an incident), kept in the audit log")
 	return cmd
 }
 
@@ -457,12 +504,20 @@ type eventJSON struct {
 
 func newEventsCmd() *cobra.Command {
 	var f opFlags
-	var node string
+	var node, kind string
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "events [--node NODE] [--limit N]",
+		Use:   "events [--node NODE] [--kind KIND] [--limit N]",
 		Short: "Show the event log: state changes with their reasons, operator actions, refusals",
-		Args:  cobra.NoArgs,
+		Long: `Show the event log, oldest of the newest N first: who did what and why.
+
+Kinds: state_change (a node's state and the reason, e.g. healthy -> failed:
+gpu.ecc fail ...), operator_action (an operator's request: who, what, on which
+nodes, the reason given), audit (what a campaign did and for whom), refused
+(what the coordinator refused an agent: a certificate speaking for another
+node, a result for work never sent), connection (agents joining, streams
+replaced).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 || limit > 10000 {
 				return fmt.Errorf("--limit %d: want 1..10000", limit)
@@ -474,7 +529,7 @@ func newEventsCmd() *cobra.Command {
 			defer done()
 			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
 			defer cancel()
-			resp, err := c.ListEvents(ctx, &pb.ListEventsRequest{Node: node, Limit: int32(limit)})
+			resp, err := c.ListEvents(ctx, &pb.ListEventsRequest{Node: node, Kind: kind, Limit: int32(limit)})
 			if err != nil {
 				return f.rpcError(err)
 			}
@@ -496,6 +551,7 @@ func newEventsCmd() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&node, "node", "", "only this node's events")
+	cmd.Flags().StringVar(&kind, "kind", "", "only events of this kind: state_change, operator_action, audit, refused, connection")
 	cmd.Flags().IntVar(&limit, "limit", 100, "the newest N events")
 	return cmd
 }

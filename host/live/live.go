@@ -83,11 +83,11 @@ func (h *Host) Capture(ctx context.Context, src snapshot.Source) host.Capture {
 	case snapshot.SrcAllReduce:
 		return h.allReduce(ctx)
 	case snapshot.SrcDCGMDiag:
-		level := h.tools.DCGMLevel
-		if level == 0 {
-			level = 1
+		level := strconv.Itoa(max(h.tools.DCGMLevel, 1))
+		if l, ok := host.ParamsFrom(ctx)["level"]; ok {
+			level = l // validated by the agent: 1..4
 		}
-		c := h.run(ctx, src, spec(or(h.tools.DCGMI, "dcgmi"), h.tools.DCGMTimeout.D(15*time.Minute), "diag", "-r", strconv.Itoa(level), "-j"))
+		c := h.run(ctx, src, spec(or(h.tools.DCGMI, "dcgmi"), h.tools.DCGMTimeout.D(15*time.Minute), "diag", "-r", level, "-j"))
 		// 226: the diagnostic ran and found a failure; its JSON says which.
 		if c.State == snapshot.StateFailed && c.ExitCode == 226 && len(c.Data) > 0 {
 			c.State = snapshot.StateOK
@@ -217,6 +217,9 @@ func (h *Host) allReduce(ctx context.Context) host.Capture {
 			g = 8
 		}
 		args = []string{"-b", "8", "-e", "8G", "-f", "2", "-g", strconv.Itoa(g)}
+	}
+	if p := host.ParamsFrom(ctx); len(p) > 0 {
+		args = allReduceArgs(args, p)
 	}
 	path := bin
 	if len(h.tools.Launcher) > 0 {

@@ -79,6 +79,110 @@ func (NodeActivity) EnumDescriptor() ([]byte, []int) {
 	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{0}
 }
 
+type MultiRole int32
+
+const (
+	MultiRole_MULTI_ROLE_UNSPECIFIED MultiRole = 0
+	MultiRole_MULTI_ROLE_LAUNCHER    MultiRole = 1
+	MultiRole_MULTI_ROLE_PEER        MultiRole = 2
+)
+
+// Enum value maps for MultiRole.
+var (
+	MultiRole_name = map[int32]string{
+		0: "MULTI_ROLE_UNSPECIFIED",
+		1: "MULTI_ROLE_LAUNCHER",
+		2: "MULTI_ROLE_PEER",
+	}
+	MultiRole_value = map[string]int32{
+		"MULTI_ROLE_UNSPECIFIED": 0,
+		"MULTI_ROLE_LAUNCHER":    1,
+		"MULTI_ROLE_PEER":        2,
+	}
+)
+
+func (x MultiRole) Enum() *MultiRole {
+	p := new(MultiRole)
+	*p = x
+	return p
+}
+
+func (x MultiRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MultiRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_fleetcheck_v1_fleetcheck_proto_enumTypes[1].Descriptor()
+}
+
+func (MultiRole) Type() protoreflect.EnumType {
+	return &file_fleetcheck_v1_fleetcheck_proto_enumTypes[1]
+}
+
+func (x MultiRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MultiRole.Descriptor instead.
+func (MultiRole) EnumDescriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{1}
+}
+
+type ActionStatus_State int32
+
+const (
+	ActionStatus_STATE_UNSPECIFIED ActionStatus_State = 0
+	ActionStatus_STATE_ACCEPTED    ActionStatus_State = 1
+	ActionStatus_STATE_REFUSED     ActionStatus_State = 2
+	ActionStatus_STATE_DONE        ActionStatus_State = 3
+	ActionStatus_STATE_FAILED      ActionStatus_State = 4
+)
+
+// Enum value maps for ActionStatus_State.
+var (
+	ActionStatus_State_name = map[int32]string{
+		0: "STATE_UNSPECIFIED",
+		1: "STATE_ACCEPTED",
+		2: "STATE_REFUSED",
+		3: "STATE_DONE",
+		4: "STATE_FAILED",
+	}
+	ActionStatus_State_value = map[string]int32{
+		"STATE_UNSPECIFIED": 0,
+		"STATE_ACCEPTED":    1,
+		"STATE_REFUSED":     2,
+		"STATE_DONE":        3,
+		"STATE_FAILED":      4,
+	}
+)
+
+func (x ActionStatus_State) Enum() *ActionStatus_State {
+	p := new(ActionStatus_State)
+	*p = x
+	return p
+}
+
+func (x ActionStatus_State) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ActionStatus_State) Descriptor() protoreflect.EnumDescriptor {
+	return file_fleetcheck_v1_fleetcheck_proto_enumTypes[2].Descriptor()
+}
+
+func (ActionStatus_State) Type() protoreflect.EnumType {
+	return &file_fleetcheck_v1_fleetcheck_proto_enumTypes[2]
+}
+
+func (x ActionStatus_State) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ActionStatus_State.Descriptor instead.
+func (ActionStatus_State) EnumDescriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{16, 0}
+}
+
 type WorkStatus_State int32
 
 const (
@@ -115,11 +219,11 @@ func (x WorkStatus_State) String() string {
 }
 
 func (WorkStatus_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_fleetcheck_v1_fleetcheck_proto_enumTypes[1].Descriptor()
+	return file_fleetcheck_v1_fleetcheck_proto_enumTypes[3].Descriptor()
 }
 
 func (WorkStatus_State) Type() protoreflect.EnumType {
-	return &file_fleetcheck_v1_fleetcheck_proto_enumTypes[1]
+	return &file_fleetcheck_v1_fleetcheck_proto_enumTypes[3]
 }
 
 func (x WorkStatus_State) Number() protoreflect.EnumNumber {
@@ -128,7 +232,7 @@ func (x WorkStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkStatus_State.Descriptor instead.
 func (WorkStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{14, 0}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type AgentMessage struct {
@@ -139,6 +243,7 @@ type AgentMessage struct {
 	//	*AgentMessage_Result
 	//	*AgentMessage_WorkStatus
 	//	*AgentMessage_Heartbeat
+	//	*AgentMessage_ActionStatus
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -217,6 +322,15 @@ func (x *AgentMessage) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *AgentMessage) GetActionStatus() *ActionStatus {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_ActionStatus); ok {
+			return x.ActionStatus
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -237,6 +351,10 @@ type AgentMessage_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,4,opt,name=heartbeat,proto3,oneof"`
 }
 
+type AgentMessage_ActionStatus struct {
+	ActionStatus *ActionStatus `protobuf:"bytes,5,opt,name=action_status,json=actionStatus,proto3,oneof"` // protocol 1.1
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Result) isAgentMessage_Msg() {}
@@ -244,6 +362,8 @@ func (*AgentMessage_Result) isAgentMessage_Msg() {}
 func (*AgentMessage_WorkStatus) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Heartbeat) isAgentMessage_Msg() {}
+
+func (*AgentMessage_ActionStatus) isAgentMessage_Msg() {}
 
 type CoordinatorMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -253,6 +373,8 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Ack
 	//	*CoordinatorMessage_RunChecks
 	//	*CoordinatorMessage_Heartbeat
+	//	*CoordinatorMessage_RunAction
+	//	*CoordinatorMessage_EndMulti
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -331,6 +453,24 @@ func (x *CoordinatorMessage) GetHeartbeat() *Heartbeat {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetRunAction() *RunAction {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_RunAction); ok {
+			return x.RunAction
+		}
+	}
+	return nil
+}
+
+func (x *CoordinatorMessage) GetEndMulti() *EndMulti {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_EndMulti); ok {
+			return x.EndMulti
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -351,6 +491,14 @@ type CoordinatorMessage_Heartbeat struct {
 	Heartbeat *Heartbeat `protobuf:"bytes,4,opt,name=heartbeat,proto3,oneof"`
 }
 
+type CoordinatorMessage_RunAction struct {
+	RunAction *RunAction `protobuf:"bytes,5,opt,name=run_action,json=runAction,proto3,oneof"` // protocol 1.1
+}
+
+type CoordinatorMessage_EndMulti struct {
+	EndMulti *EndMulti `protobuf:"bytes,6,opt,name=end_multi,json=endMulti,proto3,oneof"` // protocol 1.1
+}
+
 func (*CoordinatorMessage_Welcome) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
@@ -358,6 +506,10 @@ func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_RunChecks) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Heartbeat) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_RunAction) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_EndMulti) isCoordinatorMessage_Msg() {}
 
 type Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -370,8 +522,12 @@ type Hello struct {
 	Inventory       *Inventory        `protobuf:"bytes,5,opt,name=inventory,proto3" json:"inventory,omitempty"`
 	EnabledChecks   []string          `protobuf:"bytes,6,rep,name=enabled_checks,json=enabledChecks,proto3" json:"enabled_checks,omitempty"` // what this agent's config allows
 	Activity        NodeActivity      `protobuf:"varint,7,opt,name=activity,proto3,enum=fleetcheck.v1.NodeActivity" json:"activity,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Protocol 1.1: the actions this agent's config defines, and whether it
+	// can launch or join multi-node checks (its config has multi_node).
+	EnabledActions []string `protobuf:"bytes,8,rep,name=enabled_actions,json=enabledActions,proto3" json:"enabled_actions,omitempty"`
+	MultiNode      bool     `protobuf:"varint,9,opt,name=multi_node,json=multiNode,proto3" json:"multi_node,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -451,6 +607,20 @@ func (x *Hello) GetActivity() NodeActivity {
 		return x.Activity
 	}
 	return NodeActivity_NODE_ACTIVITY_UNSPECIFIED
+}
+
+func (x *Hello) GetEnabledActions() []string {
+	if x != nil {
+		return x.EnabledActions
+	}
+	return nil
+}
+
+func (x *Hello) GetMultiNode() bool {
+	if x != nil {
+		return x.MultiNode
+	}
+	return false
 }
 
 type Welcome struct {
@@ -1265,10 +1435,25 @@ func (x *Ack) GetRefused() string {
 // names it does not know or has not enabled, and disruptive checks in a
 // state its config does not allow.
 type RunChecks struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkId        string                 `protobuf:"bytes,1,opt,name=work_id,json=workId,proto3" json:"work_id,omitempty"`
-	Checks        []string               `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
-	TimeoutMs     int64                  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // bounded by the agent's own limit
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	WorkId    string                 `protobuf:"bytes,1,opt,name=work_id,json=workId,proto3" json:"work_id,omitempty"`
+	Checks    []string               `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
+	TimeoutMs int64                  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // bounded by the agent's own limit
+	// Protocol 1.1. Named, bounded parameters of the checks (dcgm.diag
+	// "level", nccl.allreduce "min_bytes"/"max_bytes"/"step_factor"); the
+	// agent refuses names it does not know and values outside their pattern.
+	Params map[string]string `protobuf:"bytes,4,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Protocol 1.1: a multi-node check (nccl.allreduce across nodes). Unset
+	// for a single-node run. The LAUNCHER runs the command its config's
+	// multi_node section defines with the participants filled in; a PEER is
+	// reserved for the run (no other disruptive check) until EndMulti or its
+	// timeout, then reports its side as a result with this work id.
+	Role MultiRole `protobuf:"varint,5,opt,name=role,proto3,enum=fleetcheck.v1.MultiRole" json:"role,omitempty"`
+	// Every node of the run, the launcher first. The agent re-validates each
+	// name (hostname syntax, its config's allowed_peers) and that it is one
+	// of them.
+	Participants  []string `protobuf:"bytes,6,rep,name=participants,proto3" json:"participants,omitempty"`
+	MultiId       string   `protobuf:"bytes,7,opt,name=multi_id,json=multiId,proto3" json:"multi_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1324,6 +1509,286 @@ func (x *RunChecks) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *RunChecks) GetParams() map[string]string {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *RunChecks) GetRole() MultiRole {
+	if x != nil {
+		return x.Role
+	}
+	return MultiRole_MULTI_ROLE_UNSPECIFIED
+}
+
+func (x *RunChecks) GetParticipants() []string {
+	if x != nil {
+		return x.Participants
+	}
+	return nil
+}
+
+func (x *RunChecks) GetMultiId() string {
+	if x != nil {
+		return x.MultiId
+	}
+	return ""
+}
+
+// EndMulti (protocol 1.1) tells a peer that the multi-node run it takes
+// part in is over: its reservation ends and it reports its side, the
+// launcher's check result (or the abort reason) under its own work id.
+type EndMulti struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	MultiId          string                 `protobuf:"bytes,1,opt,name=multi_id,json=multiId,proto3" json:"multi_id,omitempty"`
+	Launcher         string                 `protobuf:"bytes,2,opt,name=launcher,proto3" json:"launcher,omitempty"`
+	LauncherResultId string                 `protobuf:"bytes,3,opt,name=launcher_result_id,json=launcherResultId,proto3" json:"launcher_result_id,omitempty"`
+	Check            *CheckResult           `protobuf:"bytes,4,opt,name=check,proto3" json:"check,omitempty"`                                // the launcher's result for the check; unset when aborted
+	AbortReason      string                 `protobuf:"bytes,5,opt,name=abort_reason,json=abortReason,proto3" json:"abort_reason,omitempty"` // set when the run was called off before or during launch
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *EndMulti) Reset() {
+	*x = EndMulti{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndMulti) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndMulti) ProtoMessage() {}
+
+func (x *EndMulti) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndMulti.ProtoReflect.Descriptor instead.
+func (*EndMulti) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *EndMulti) GetMultiId() string {
+	if x != nil {
+		return x.MultiId
+	}
+	return ""
+}
+
+func (x *EndMulti) GetLauncher() string {
+	if x != nil {
+		return x.Launcher
+	}
+	return ""
+}
+
+func (x *EndMulti) GetLauncherResultId() string {
+	if x != nil {
+		return x.LauncherResultId
+	}
+	return ""
+}
+
+func (x *EndMulti) GetCheck() *CheckResult {
+	if x != nil {
+		return x.Check
+	}
+	return nil
+}
+
+func (x *EndMulti) GetAbortReason() string {
+	if x != nil {
+		return x.AbortReason
+	}
+	return ""
+}
+
+// RunAction (protocol 1.1) asks the agent to run an action its config
+// defines (driver upgrade, a drill fault and its revert). The coordinator
+// sends the name and parameters only; the agent checks each parameter
+// against the pattern its config gives it before putting it, as one whole
+// argument, into the configured command. Never a shell.
+type RunAction struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ActionId  string                 `protobuf:"bytes,1,opt,name=action_id,json=actionId,proto3" json:"action_id,omitempty"` // unique per request; a repeat is not run twice
+	Action    string                 `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Params    map[string]string      `protobuf:"bytes,3,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TimeoutMs int64                  `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // bounded by the action's own timeout
+	// For an action with a configured revert: the agent runs the revert by
+	// itself this long after the action, unless the revert was asked for
+	// first. The timer survives a lost stream and an agent restart.
+	RevertAfterMs int64 `protobuf:"varint,5,opt,name=revert_after_ms,json=revertAfterMs,proto3" json:"revert_after_ms,omitempty"`
+	// For an action with a configured revert: the agent also reverts once it
+	// has been without a coordinator stream this long.
+	RevertOnDisconnectMs int64 `protobuf:"varint,6,opt,name=revert_on_disconnect_ms,json=revertOnDisconnectMs,proto3" json:"revert_on_disconnect_ms,omitempty"`
+	// Who asks and why, for the agent's log (at most 256 bytes).
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunAction) Reset() {
+	*x = RunAction{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunAction) ProtoMessage() {}
+
+func (x *RunAction) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunAction.ProtoReflect.Descriptor instead.
+func (*RunAction) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RunAction) GetActionId() string {
+	if x != nil {
+		return x.ActionId
+	}
+	return ""
+}
+
+func (x *RunAction) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RunAction) GetParams() map[string]string {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *RunAction) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *RunAction) GetRevertAfterMs() int64 {
+	if x != nil {
+		return x.RevertAfterMs
+	}
+	return 0
+}
+
+func (x *RunAction) GetRevertOnDisconnectMs() int64 {
+	if x != nil {
+		return x.RevertOnDisconnectMs
+	}
+	return 0
+}
+
+func (x *RunAction) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ActionStatus (protocol 1.1) answers a RunAction: ACCEPTED at once, then
+// DONE or FAILED; or REFUSED with the reason.
+type ActionStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ActionId      string                 `protobuf:"bytes,1,opt,name=action_id,json=actionId,proto3" json:"action_id,omitempty"`
+	State         ActionStatus_State     `protobuf:"varint,2,opt,name=state,proto3,enum=fleetcheck.v1.ActionStatus_State" json:"state,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Output        string                 `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"` // the last 16 KiB of what the action printed (valid UTF-8)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActionStatus) Reset() {
+	*x = ActionStatus{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActionStatus) ProtoMessage() {}
+
+func (x *ActionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActionStatus.ProtoReflect.Descriptor instead.
+func (*ActionStatus) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ActionStatus) GetActionId() string {
+	if x != nil {
+		return x.ActionId
+	}
+	return ""
+}
+
+func (x *ActionStatus) GetState() ActionStatus_State {
+	if x != nil {
+		return x.State
+	}
+	return ActionStatus_STATE_UNSPECIFIED
+}
+
+func (x *ActionStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ActionStatus) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
 type WorkStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkId        string                 `protobuf:"bytes,1,opt,name=work_id,json=workId,proto3" json:"work_id,omitempty"`
@@ -1336,7 +1801,7 @@ type WorkStatus struct {
 
 func (x *WorkStatus) Reset() {
 	*x = WorkStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1813,7 @@ func (x *WorkStatus) String() string {
 func (*WorkStatus) ProtoMessage() {}
 
 func (x *WorkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1826,7 @@ func (x *WorkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkStatus.ProtoReflect.Descriptor instead.
 func (*WorkStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{14}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WorkStatus) GetWorkId() string {
@@ -1409,7 +1874,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1886,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1899,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{15}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NodeSummary) GetName() string {
@@ -1509,7 +1974,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1986,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1999,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{16}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListNodesRequest) GetSelector() string {
@@ -1553,7 +2018,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +2030,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +2043,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeSummary {
@@ -1599,7 +2064,7 @@ type ListResultsRequest struct {
 
 func (x *ListResultsRequest) Reset() {
 	*x = ListResultsRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +2076,7 @@ func (x *ListResultsRequest) String() string {
 func (*ListResultsRequest) ProtoMessage() {}
 
 func (x *ListResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +2089,7 @@ func (x *ListResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResultsRequest.ProtoReflect.Descriptor instead.
 func (*ListResultsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResultsRequest) GetNode() string {
@@ -1661,7 +2126,7 @@ type StoredCheckResult struct {
 
 func (x *StoredCheckResult) Reset() {
 	*x = StoredCheckResult{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +2138,7 @@ func (x *StoredCheckResult) String() string {
 func (*StoredCheckResult) ProtoMessage() {}
 
 func (x *StoredCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +2151,7 @@ func (x *StoredCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredCheckResult.ProtoReflect.Descriptor instead.
 func (*StoredCheckResult) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StoredCheckResult) GetResultId() string {
@@ -1733,7 +2198,7 @@ type ListResultsResponse struct {
 
 func (x *ListResultsResponse) Reset() {
 	*x = ListResultsResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +2210,7 @@ func (x *ListResultsResponse) String() string {
 func (*ListResultsResponse) ProtoMessage() {}
 
 func (x *ListResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +2223,7 @@ func (x *ListResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResultsResponse.ProtoReflect.Descriptor instead.
 func (*ListResultsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListResultsResponse) GetResults() []*StoredCheckResult {
@@ -1769,17 +2234,19 @@ func (x *ListResultsResponse) GetResults() []*StoredCheckResult {
 }
 
 type RunCheckRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Selector      string                 `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
-	Checks        []string               `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
-	TimeoutMs     int64                  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Selector  string                 `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
+	Checks    []string               `protobuf:"bytes,2,rep,name=checks,proto3" json:"checks,omitempty"`
+	TimeoutMs int64                  `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Why the operator asks, for the audit log (at most 512 bytes).
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunCheckRequest) Reset() {
 	*x = RunCheckRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +2258,7 @@ func (x *RunCheckRequest) String() string {
 func (*RunCheckRequest) ProtoMessage() {}
 
 func (x *RunCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +2271,7 @@ func (x *RunCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunCheckRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{21}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RunCheckRequest) GetSelector() string {
@@ -1828,6 +2295,13 @@ func (x *RunCheckRequest) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *RunCheckRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type RunCheckProgress struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Total         int32                  `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"` // nodes the selector picked, connected or not
@@ -1845,7 +2319,7 @@ type RunCheckProgress struct {
 
 func (x *RunCheckProgress) Reset() {
 	*x = RunCheckProgress{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2331,7 @@ func (x *RunCheckProgress) String() string {
 func (*RunCheckProgress) ProtoMessage() {}
 
 func (x *RunCheckProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2344,7 @@ func (x *RunCheckProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCheckProgress.ProtoReflect.Descriptor instead.
 func (*RunCheckProgress) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{22}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunCheckProgress) GetTotal() int32 {
@@ -1948,7 +2422,7 @@ type NodeOutcome struct {
 
 func (x *NodeOutcome) Reset() {
 	*x = NodeOutcome{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2434,7 @@ func (x *NodeOutcome) String() string {
 func (*NodeOutcome) ProtoMessage() {}
 
 func (x *NodeOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2447,7 @@ func (x *NodeOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOutcome.ProtoReflect.Descriptor instead.
 func (*NodeOutcome) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{23}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeOutcome) GetNode() string {
@@ -2018,7 +2492,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2504,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2517,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{24}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Event) GetId() int64 {
@@ -2089,16 +2563,19 @@ func (x *Event) GetMessage() string {
 }
 
 type ListEventsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Limit int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Only events of this kind (state_change, operator_action, audit,
+	// refused, connection); empty for all.
+	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2587,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2600,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{25}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListEventsRequest) GetNode() string {
@@ -2140,6 +2617,13 @@ func (x *ListEventsRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListEventsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 type ListEventsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
@@ -2149,7 +2633,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2645,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2658,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{26}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2188,21 +2672,25 @@ var File_fleetcheck_v1_fleetcheck_proto protoreflect.FileDescriptor
 
 const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\n" +
-	"\x1efleetcheck/v1/fleetcheck.proto\x12\rfleetcheck.v1\"\xec\x01\n" +
+	"\x1efleetcheck/v1/fleetcheck.proto\x12\rfleetcheck.v1\"\xb0\x02\n" +
 	"\fAgentMessage\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.fleetcheck.v1.HelloH\x00R\x05hello\x12/\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.fleetcheck.v1.ResultH\x00R\x06result\x12<\n" +
 	"\vwork_status\x18\x03 \x01(\v2\x19.fleetcheck.v1.WorkStatusH\x00R\n" +
 	"workStatus\x128\n" +
-	"\theartbeat\x18\x04 \x01(\v2\x18.fleetcheck.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\xec\x01\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x18.fleetcheck.v1.HeartbeatH\x00R\theartbeat\x12B\n" +
+	"\raction_status\x18\x05 \x01(\v2\x1b.fleetcheck.v1.ActionStatusH\x00R\factionStatusB\x05\n" +
+	"\x03msg\"\xdf\x02\n" +
 	"\x12CoordinatorMessage\x122\n" +
 	"\awelcome\x18\x01 \x01(\v2\x16.fleetcheck.v1.WelcomeH\x00R\awelcome\x12&\n" +
 	"\x03ack\x18\x02 \x01(\v2\x12.fleetcheck.v1.AckH\x00R\x03ack\x129\n" +
 	"\n" +
 	"run_checks\x18\x03 \x01(\v2\x18.fleetcheck.v1.RunChecksH\x00R\trunChecks\x128\n" +
-	"\theartbeat\x18\x04 \x01(\v2\x18.fleetcheck.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
-	"\x03msg\"\xf8\x02\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x18.fleetcheck.v1.HeartbeatH\x00R\theartbeat\x129\n" +
+	"\n" +
+	"run_action\x18\x05 \x01(\v2\x18.fleetcheck.v1.RunActionH\x00R\trunAction\x126\n" +
+	"\tend_multi\x18\x06 \x01(\v2\x17.fleetcheck.v1.EndMultiH\x00R\bendMultiB\x05\n" +
+	"\x03msg\"\xc0\x03\n" +
 	"\x05Hello\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12)\n" +
 	"\x10protocol_version\x18\x02 \x01(\tR\x0fprotocolVersion\x12#\n" +
@@ -2210,7 +2698,10 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\x06labels\x18\x04 \x03(\v2 .fleetcheck.v1.Hello.LabelsEntryR\x06labels\x126\n" +
 	"\tinventory\x18\x05 \x01(\v2\x18.fleetcheck.v1.InventoryR\tinventory\x12%\n" +
 	"\x0eenabled_checks\x18\x06 \x03(\tR\renabledChecks\x127\n" +
-	"\bactivity\x18\a \x01(\x0e2\x1b.fleetcheck.v1.NodeActivityR\bactivity\x1a9\n" +
+	"\bactivity\x18\a \x01(\x0e2\x1b.fleetcheck.v1.NodeActivityR\bactivity\x12'\n" +
+	"\x0fenabled_actions\x18\b \x03(\tR\x0eenabledActions\x12\x1d\n" +
+	"\n" +
+	"multi_node\x18\t \x01(\bR\tmultiNode\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\x01\n" +
@@ -2289,12 +2780,49 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12$\n" +
 	"\x0estored_unix_ms\x18\x03 \x01(\x03R\fstoredUnixMs\x12\x18\n" +
-	"\arefused\x18\x04 \x01(\tR\arefused\"[\n" +
+	"\arefused\x18\x04 \x01(\tR\arefused\"\xc1\x02\n" +
 	"\tRunChecks\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x12\x16\n" +
 	"\x06checks\x18\x02 \x03(\tR\x06checks\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\xe8\x01\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12<\n" +
+	"\x06params\x18\x04 \x03(\v2$.fleetcheck.v1.RunChecks.ParamsEntryR\x06params\x12,\n" +
+	"\x04role\x18\x05 \x01(\x0e2\x18.fleetcheck.v1.MultiRoleR\x04role\x12\"\n" +
+	"\fparticipants\x18\x06 \x03(\tR\fparticipants\x12\x19\n" +
+	"\bmulti_id\x18\a \x01(\tR\amultiId\x1a9\n" +
+	"\vParamsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc4\x01\n" +
+	"\bEndMulti\x12\x19\n" +
+	"\bmulti_id\x18\x01 \x01(\tR\amultiId\x12\x1a\n" +
+	"\blauncher\x18\x02 \x01(\tR\blauncher\x12,\n" +
+	"\x12launcher_result_id\x18\x03 \x01(\tR\x10launcherResultId\x120\n" +
+	"\x05check\x18\x04 \x01(\v2\x1a.fleetcheck.v1.CheckResultR\x05check\x12!\n" +
+	"\fabort_reason\x18\x05 \x01(\tR\vabortReason\"\xcf\x02\n" +
+	"\tRunAction\x12\x1b\n" +
+	"\taction_id\x18\x01 \x01(\tR\bactionId\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12<\n" +
+	"\x06params\x18\x03 \x03(\v2$.fleetcheck.v1.RunAction.ParamsEntryR\x06params\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12&\n" +
+	"\x0frevert_after_ms\x18\x05 \x01(\x03R\rrevertAfterMs\x125\n" +
+	"\x17revert_on_disconnect_ms\x18\x06 \x01(\x03R\x14revertOnDisconnectMs\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x1a9\n" +
+	"\vParamsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x01\n" +
+	"\fActionStatus\x12\x1b\n" +
+	"\taction_id\x18\x01 \x01(\tR\bactionId\x127\n" +
+	"\x05state\x18\x02 \x01(\x0e2!.fleetcheck.v1.ActionStatus.StateR\x05state\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06output\x18\x04 \x01(\tR\x06output\"g\n" +
+	"\x05State\x12\x15\n" +
+	"\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eSTATE_ACCEPTED\x10\x01\x12\x11\n" +
+	"\rSTATE_REFUSED\x10\x02\x12\x0e\n" +
+	"\n" +
+	"STATE_DONE\x10\x03\x12\x10\n" +
+	"\fSTATE_FAILED\x10\x04\"\xe8\x01\n" +
 	"\n" +
 	"WorkStatus\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x125\n" +
@@ -2335,12 +2863,13 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\x05check\x18\x04 \x01(\v2\x1a.fleetcheck.v1.CheckResultR\x05check\x12\x17\n" +
 	"\awork_id\x18\x05 \x01(\tR\x06workId\"Q\n" +
 	"\x13ListResultsResponse\x12:\n" +
-	"\aresults\x18\x01 \x03(\v2 .fleetcheck.v1.StoredCheckResultR\aresults\"d\n" +
+	"\aresults\x18\x01 \x03(\v2 .fleetcheck.v1.StoredCheckResultR\aresults\"|\n" +
 	"\x0fRunCheckRequest\x12\x1a\n" +
 	"\bselector\x18\x01 \x01(\tR\bselector\x12\x16\n" +
 	"\x06checks\x18\x02 \x03(\tR\x06checks\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\x94\x02\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x94\x02\n" +
 	"\x10RunCheckProgress\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x05R\x05total\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\x05R\x04done\x12\x18\n" +
@@ -2362,17 +2891,22 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n" +
 	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"=\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"Q\n" +
 	"\x11ListEventsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"B\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\"B\n" +
 	"\x12ListEventsResponse\x12,\n" +
 	"\x06events\x18\x01 \x03(\v2\x14.fleetcheck.v1.EventR\x06events*x\n" +
 	"\fNodeActivity\x12\x1d\n" +
 	"\x19NODE_ACTIVITY_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12NODE_ACTIVITY_BUSY\x10\x01\x12\x16\n" +
 	"\x12NODE_ACTIVITY_IDLE\x10\x02\x12\x19\n" +
-	"\x15NODE_ACTIVITY_DRAINED\x10\x032]\n" +
+	"\x15NODE_ACTIVITY_DRAINED\x10\x03*U\n" +
+	"\tMultiRole\x12\x1a\n" +
+	"\x16MULTI_ROLE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13MULTI_ROLE_LAUNCHER\x10\x01\x12\x13\n" +
+	"\x0fMULTI_ROLE_PEER\x10\x022]\n" +
 	"\fAgentService\x12M\n" +
 	"\aConnect\x12\x1b.fleetcheck.v1.AgentMessage\x1a!.fleetcheck.v1.CoordinatorMessage(\x010\x012\xd9\x02\n" +
 	"\x0fOperatorService\x12N\n" +
@@ -2394,84 +2928,99 @@ func file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP() []byte {
 	return file_fleetcheck_v1_fleetcheck_proto_rawDescData
 }
 
-var file_fleetcheck_v1_fleetcheck_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fleetcheck_v1_fleetcheck_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_fleetcheck_v1_fleetcheck_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_fleetcheck_v1_fleetcheck_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_fleetcheck_v1_fleetcheck_proto_goTypes = []any{
 	(NodeActivity)(0),           // 0: fleetcheck.v1.NodeActivity
-	(WorkStatus_State)(0),       // 1: fleetcheck.v1.WorkStatus.State
-	(*AgentMessage)(nil),        // 2: fleetcheck.v1.AgentMessage
-	(*CoordinatorMessage)(nil),  // 3: fleetcheck.v1.CoordinatorMessage
-	(*Hello)(nil),               // 4: fleetcheck.v1.Hello
-	(*Welcome)(nil),             // 5: fleetcheck.v1.Welcome
-	(*Heartbeat)(nil),           // 6: fleetcheck.v1.Heartbeat
-	(*Result)(nil),              // 7: fleetcheck.v1.Result
-	(*CheckResult)(nil),         // 8: fleetcheck.v1.CheckResult
-	(*Finding)(nil),             // 9: fleetcheck.v1.Finding
-	(*Inventory)(nil),           // 10: fleetcheck.v1.Inventory
-	(*GPU)(nil),                 // 11: fleetcheck.v1.GPU
-	(*HCA)(nil),                 // 12: fleetcheck.v1.HCA
-	(*Port)(nil),                // 13: fleetcheck.v1.Port
-	(*Ack)(nil),                 // 14: fleetcheck.v1.Ack
-	(*RunChecks)(nil),           // 15: fleetcheck.v1.RunChecks
-	(*WorkStatus)(nil),          // 16: fleetcheck.v1.WorkStatus
-	(*NodeSummary)(nil),         // 17: fleetcheck.v1.NodeSummary
-	(*ListNodesRequest)(nil),    // 18: fleetcheck.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),   // 19: fleetcheck.v1.ListNodesResponse
-	(*ListResultsRequest)(nil),  // 20: fleetcheck.v1.ListResultsRequest
-	(*StoredCheckResult)(nil),   // 21: fleetcheck.v1.StoredCheckResult
-	(*ListResultsResponse)(nil), // 22: fleetcheck.v1.ListResultsResponse
-	(*RunCheckRequest)(nil),     // 23: fleetcheck.v1.RunCheckRequest
-	(*RunCheckProgress)(nil),    // 24: fleetcheck.v1.RunCheckProgress
-	(*NodeOutcome)(nil),         // 25: fleetcheck.v1.NodeOutcome
-	(*Event)(nil),               // 26: fleetcheck.v1.Event
-	(*ListEventsRequest)(nil),   // 27: fleetcheck.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),  // 28: fleetcheck.v1.ListEventsResponse
-	nil,                         // 29: fleetcheck.v1.Hello.LabelsEntry
-	nil,                         // 30: fleetcheck.v1.CheckResult.MetricsEntry
-	nil,                         // 31: fleetcheck.v1.NodeSummary.LabelsEntry
+	(MultiRole)(0),              // 1: fleetcheck.v1.MultiRole
+	(ActionStatus_State)(0),     // 2: fleetcheck.v1.ActionStatus.State
+	(WorkStatus_State)(0),       // 3: fleetcheck.v1.WorkStatus.State
+	(*AgentMessage)(nil),        // 4: fleetcheck.v1.AgentMessage
+	(*CoordinatorMessage)(nil),  // 5: fleetcheck.v1.CoordinatorMessage
+	(*Hello)(nil),               // 6: fleetcheck.v1.Hello
+	(*Welcome)(nil),             // 7: fleetcheck.v1.Welcome
+	(*Heartbeat)(nil),           // 8: fleetcheck.v1.Heartbeat
+	(*Result)(nil),              // 9: fleetcheck.v1.Result
+	(*CheckResult)(nil),         // 10: fleetcheck.v1.CheckResult
+	(*Finding)(nil),             // 11: fleetcheck.v1.Finding
+	(*Inventory)(nil),           // 12: fleetcheck.v1.Inventory
+	(*GPU)(nil),                 // 13: fleetcheck.v1.GPU
+	(*HCA)(nil),                 // 14: fleetcheck.v1.HCA
+	(*Port)(nil),                // 15: fleetcheck.v1.Port
+	(*Ack)(nil),                 // 16: fleetcheck.v1.Ack
+	(*RunChecks)(nil),           // 17: fleetcheck.v1.RunChecks
+	(*EndMulti)(nil),            // 18: fleetcheck.v1.EndMulti
+	(*RunAction)(nil),           // 19: fleetcheck.v1.RunAction
+	(*ActionStatus)(nil),        // 20: fleetcheck.v1.ActionStatus
+	(*WorkStatus)(nil),          // 21: fleetcheck.v1.WorkStatus
+	(*NodeSummary)(nil),         // 22: fleetcheck.v1.NodeSummary
+	(*ListNodesRequest)(nil),    // 23: fleetcheck.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),   // 24: fleetcheck.v1.ListNodesResponse
+	(*ListResultsRequest)(nil),  // 25: fleetcheck.v1.ListResultsRequest
+	(*StoredCheckResult)(nil),   // 26: fleetcheck.v1.StoredCheckResult
+	(*ListResultsResponse)(nil), // 27: fleetcheck.v1.ListResultsResponse
+	(*RunCheckRequest)(nil),     // 28: fleetcheck.v1.RunCheckRequest
+	(*RunCheckProgress)(nil),    // 29: fleetcheck.v1.RunCheckProgress
+	(*NodeOutcome)(nil),         // 30: fleetcheck.v1.NodeOutcome
+	(*Event)(nil),               // 31: fleetcheck.v1.Event
+	(*ListEventsRequest)(nil),   // 32: fleetcheck.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),  // 33: fleetcheck.v1.ListEventsResponse
+	nil,                         // 34: fleetcheck.v1.Hello.LabelsEntry
+	nil,                         // 35: fleetcheck.v1.CheckResult.MetricsEntry
+	nil,                         // 36: fleetcheck.v1.RunChecks.ParamsEntry
+	nil,                         // 37: fleetcheck.v1.RunAction.ParamsEntry
+	nil,                         // 38: fleetcheck.v1.NodeSummary.LabelsEntry
 }
 var file_fleetcheck_v1_fleetcheck_proto_depIdxs = []int32{
-	4,  // 0: fleetcheck.v1.AgentMessage.hello:type_name -> fleetcheck.v1.Hello
-	7,  // 1: fleetcheck.v1.AgentMessage.result:type_name -> fleetcheck.v1.Result
-	16, // 2: fleetcheck.v1.AgentMessage.work_status:type_name -> fleetcheck.v1.WorkStatus
-	6,  // 3: fleetcheck.v1.AgentMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
-	5,  // 4: fleetcheck.v1.CoordinatorMessage.welcome:type_name -> fleetcheck.v1.Welcome
-	14, // 5: fleetcheck.v1.CoordinatorMessage.ack:type_name -> fleetcheck.v1.Ack
-	15, // 6: fleetcheck.v1.CoordinatorMessage.run_checks:type_name -> fleetcheck.v1.RunChecks
-	6,  // 7: fleetcheck.v1.CoordinatorMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
-	29, // 8: fleetcheck.v1.Hello.labels:type_name -> fleetcheck.v1.Hello.LabelsEntry
-	10, // 9: fleetcheck.v1.Hello.inventory:type_name -> fleetcheck.v1.Inventory
-	0,  // 10: fleetcheck.v1.Hello.activity:type_name -> fleetcheck.v1.NodeActivity
-	0,  // 11: fleetcheck.v1.Heartbeat.activity:type_name -> fleetcheck.v1.NodeActivity
-	8,  // 12: fleetcheck.v1.Result.checks:type_name -> fleetcheck.v1.CheckResult
-	10, // 13: fleetcheck.v1.Result.inventory:type_name -> fleetcheck.v1.Inventory
-	9,  // 14: fleetcheck.v1.CheckResult.findings:type_name -> fleetcheck.v1.Finding
-	30, // 15: fleetcheck.v1.CheckResult.metrics:type_name -> fleetcheck.v1.CheckResult.MetricsEntry
-	11, // 16: fleetcheck.v1.Inventory.gpus:type_name -> fleetcheck.v1.GPU
-	12, // 17: fleetcheck.v1.Inventory.hcas:type_name -> fleetcheck.v1.HCA
-	13, // 18: fleetcheck.v1.HCA.ports:type_name -> fleetcheck.v1.Port
-	1,  // 19: fleetcheck.v1.WorkStatus.state:type_name -> fleetcheck.v1.WorkStatus.State
-	31, // 20: fleetcheck.v1.NodeSummary.labels:type_name -> fleetcheck.v1.NodeSummary.LabelsEntry
-	17, // 21: fleetcheck.v1.ListNodesResponse.nodes:type_name -> fleetcheck.v1.NodeSummary
-	8,  // 22: fleetcheck.v1.StoredCheckResult.check:type_name -> fleetcheck.v1.CheckResult
-	21, // 23: fleetcheck.v1.ListResultsResponse.results:type_name -> fleetcheck.v1.StoredCheckResult
-	25, // 24: fleetcheck.v1.RunCheckProgress.outcomes:type_name -> fleetcheck.v1.NodeOutcome
-	26, // 25: fleetcheck.v1.ListEventsResponse.events:type_name -> fleetcheck.v1.Event
-	2,  // 26: fleetcheck.v1.AgentService.Connect:input_type -> fleetcheck.v1.AgentMessage
-	18, // 27: fleetcheck.v1.OperatorService.ListNodes:input_type -> fleetcheck.v1.ListNodesRequest
-	20, // 28: fleetcheck.v1.OperatorService.ListResults:input_type -> fleetcheck.v1.ListResultsRequest
-	23, // 29: fleetcheck.v1.OperatorService.RunCheck:input_type -> fleetcheck.v1.RunCheckRequest
-	27, // 30: fleetcheck.v1.OperatorService.ListEvents:input_type -> fleetcheck.v1.ListEventsRequest
-	3,  // 31: fleetcheck.v1.AgentService.Connect:output_type -> fleetcheck.v1.CoordinatorMessage
-	19, // 32: fleetcheck.v1.OperatorService.ListNodes:output_type -> fleetcheck.v1.ListNodesResponse
-	22, // 33: fleetcheck.v1.OperatorService.ListResults:output_type -> fleetcheck.v1.ListResultsResponse
-	24, // 34: fleetcheck.v1.OperatorService.RunCheck:output_type -> fleetcheck.v1.RunCheckProgress
-	28, // 35: fleetcheck.v1.OperatorService.ListEvents:output_type -> fleetcheck.v1.ListEventsResponse
-	31, // [31:36] is the sub-list for method output_type
-	26, // [26:31] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	6,  // 0: fleetcheck.v1.AgentMessage.hello:type_name -> fleetcheck.v1.Hello
+	9,  // 1: fleetcheck.v1.AgentMessage.result:type_name -> fleetcheck.v1.Result
+	21, // 2: fleetcheck.v1.AgentMessage.work_status:type_name -> fleetcheck.v1.WorkStatus
+	8,  // 3: fleetcheck.v1.AgentMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
+	20, // 4: fleetcheck.v1.AgentMessage.action_status:type_name -> fleetcheck.v1.ActionStatus
+	7,  // 5: fleetcheck.v1.CoordinatorMessage.welcome:type_name -> fleetcheck.v1.Welcome
+	16, // 6: fleetcheck.v1.CoordinatorMessage.ack:type_name -> fleetcheck.v1.Ack
+	17, // 7: fleetcheck.v1.CoordinatorMessage.run_checks:type_name -> fleetcheck.v1.RunChecks
+	8,  // 8: fleetcheck.v1.CoordinatorMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
+	19, // 9: fleetcheck.v1.CoordinatorMessage.run_action:type_name -> fleetcheck.v1.RunAction
+	18, // 10: fleetcheck.v1.CoordinatorMessage.end_multi:type_name -> fleetcheck.v1.EndMulti
+	34, // 11: fleetcheck.v1.Hello.labels:type_name -> fleetcheck.v1.Hello.LabelsEntry
+	12, // 12: fleetcheck.v1.Hello.inventory:type_name -> fleetcheck.v1.Inventory
+	0,  // 13: fleetcheck.v1.Hello.activity:type_name -> fleetcheck.v1.NodeActivity
+	0,  // 14: fleetcheck.v1.Heartbeat.activity:type_name -> fleetcheck.v1.NodeActivity
+	10, // 15: fleetcheck.v1.Result.checks:type_name -> fleetcheck.v1.CheckResult
+	12, // 16: fleetcheck.v1.Result.inventory:type_name -> fleetcheck.v1.Inventory
+	11, // 17: fleetcheck.v1.CheckResult.findings:type_name -> fleetcheck.v1.Finding
+	35, // 18: fleetcheck.v1.CheckResult.metrics:type_name -> fleetcheck.v1.CheckResult.MetricsEntry
+	13, // 19: fleetcheck.v1.Inventory.gpus:type_name -> fleetcheck.v1.GPU
+	14, // 20: fleetcheck.v1.Inventory.hcas:type_name -> fleetcheck.v1.HCA
+	15, // 21: fleetcheck.v1.HCA.ports:type_name -> fleetcheck.v1.Port
+	36, // 22: fleetcheck.v1.RunChecks.params:type_name -> fleetcheck.v1.RunChecks.ParamsEntry
+	1,  // 23: fleetcheck.v1.RunChecks.role:type_name -> fleetcheck.v1.MultiRole
+	10, // 24: fleetcheck.v1.EndMulti.check:type_name -> fleetcheck.v1.CheckResult
+	37, // 25: fleetcheck.v1.RunAction.params:type_name -> fleetcheck.v1.RunAction.ParamsEntry
+	2,  // 26: fleetcheck.v1.ActionStatus.state:type_name -> fleetcheck.v1.ActionStatus.State
+	3,  // 27: fleetcheck.v1.WorkStatus.state:type_name -> fleetcheck.v1.WorkStatus.State
+	38, // 28: fleetcheck.v1.NodeSummary.labels:type_name -> fleetcheck.v1.NodeSummary.LabelsEntry
+	22, // 29: fleetcheck.v1.ListNodesResponse.nodes:type_name -> fleetcheck.v1.NodeSummary
+	10, // 30: fleetcheck.v1.StoredCheckResult.check:type_name -> fleetcheck.v1.CheckResult
+	26, // 31: fleetcheck.v1.ListResultsResponse.results:type_name -> fleetcheck.v1.StoredCheckResult
+	30, // 32: fleetcheck.v1.RunCheckProgress.outcomes:type_name -> fleetcheck.v1.NodeOutcome
+	31, // 33: fleetcheck.v1.ListEventsResponse.events:type_name -> fleetcheck.v1.Event
+	4,  // 34: fleetcheck.v1.AgentService.Connect:input_type -> fleetcheck.v1.AgentMessage
+	23, // 35: fleetcheck.v1.OperatorService.ListNodes:input_type -> fleetcheck.v1.ListNodesRequest
+	25, // 36: fleetcheck.v1.OperatorService.ListResults:input_type -> fleetcheck.v1.ListResultsRequest
+	28, // 37: fleetcheck.v1.OperatorService.RunCheck:input_type -> fleetcheck.v1.RunCheckRequest
+	32, // 38: fleetcheck.v1.OperatorService.ListEvents:input_type -> fleetcheck.v1.ListEventsRequest
+	5,  // 39: fleetcheck.v1.AgentService.Connect:output_type -> fleetcheck.v1.CoordinatorMessage
+	24, // 40: fleetcheck.v1.OperatorService.ListNodes:output_type -> fleetcheck.v1.ListNodesResponse
+	27, // 41: fleetcheck.v1.OperatorService.ListResults:output_type -> fleetcheck.v1.ListResultsResponse
+	29, // 42: fleetcheck.v1.OperatorService.RunCheck:output_type -> fleetcheck.v1.RunCheckProgress
+	33, // 43: fleetcheck.v1.OperatorService.ListEvents:output_type -> fleetcheck.v1.ListEventsResponse
+	39, // [39:44] is the sub-list for method output_type
+	34, // [34:39] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_fleetcheck_v1_fleetcheck_proto_init() }
@@ -2484,20 +3033,23 @@ func file_fleetcheck_v1_fleetcheck_proto_init() {
 		(*AgentMessage_Result)(nil),
 		(*AgentMessage_WorkStatus)(nil),
 		(*AgentMessage_Heartbeat)(nil),
+		(*AgentMessage_ActionStatus)(nil),
 	}
 	file_fleetcheck_v1_fleetcheck_proto_msgTypes[1].OneofWrappers = []any{
 		(*CoordinatorMessage_Welcome)(nil),
 		(*CoordinatorMessage_Ack)(nil),
 		(*CoordinatorMessage_RunChecks)(nil),
 		(*CoordinatorMessage_Heartbeat)(nil),
+		(*CoordinatorMessage_RunAction)(nil),
+		(*CoordinatorMessage_EndMulti)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetcheck_v1_fleetcheck_proto_rawDesc), len(file_fleetcheck_v1_fleetcheck_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   30,
+			NumEnums:      4,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

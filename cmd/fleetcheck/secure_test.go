@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/fleetcheck/fleetcheck/agent"
+	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/host/bundle"
+	"github.com/fleetcheck/fleetcheck/metrics"
+	"github.com/fleetcheck/fleetcheck/store"
+)
+
+// issued names the files `fleetcheck certs issue` wrote for one identity.
+type issued struct{ cert, key, ca string }
+
+// issue runs `fleetcheck certs issue KIND NAME` into its own directory.
+func issue(t *testing.T, caDir, kind, name string, extra ...string) issued {
+	t.Helper()
+	out := t.TempDir()
+	args := append([]string{"certs", "issue", kind, name, "--dir", caDir, "--out", out}, extra...)
+	if msg, code := execute(t, args...); code != 0 {
+		t.Fatalf("certs issue %s %s: %s", kind, name, msg)
+	}
+	return issued{
+		cert: filepath.Join(out, kind+"-"+name+".crt"),
+		key:  filepath.Join(out, kind+"-"+name+".key"),
+		ca:   filepath.Join(out, "ca.crt"),
+	}
+}
+
+// runAgent runs a real agent over an example bundle, with mTLS from id.
+func runAgent(t *testing.T, node, coord string, id issued, reg prometheus.Registerer) (stop func()) {
+	t.Helper()
+	h, err := bundle.Open(filepath.Join(examples, "bundles/h100-healthy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.DefaultConfig()
+	cfg.Node = node
+	cfg.Coordinator = coord
+	cfg.TLS = agent.TLSConfig{CAFile: id.ca, CertFile: id.cert, KeyFile: id.key, TrustDomain: "fleet.test"}
+	cfg.StateDir = t.TempDir()
+	cfg.Interval = config.Duration(time.Hour)
+	cfg.Activity = agent.ActivityIdle
+	opts := []agent.Option{agent.WithBackoff(agent.ExpBackoff{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond})}
+	if reg != nil {
+		am, err := metrics.NewAgent(reg, metrics.AgentInfo{Node: node, Version: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts = append(opts, agent.WithMetrics(am))
+	}
+	a, err := agent.New(cfg, h, zerolog.Nop(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("agent %s: %v", node, err)
+		}
+	})
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// TestSecureFleet runs what an operator deploys: certificates from
+// `fleetcheck certs`, a coordinator on mutual TLS wired as `fleetcheck
+// coordinator` wires it, a real agent with a node certificate, and the
+// operator's CLI with an admin certificate.
+func TestSecureFleet(t *testing.T) {
+	caDir := filepath.Join(t.TempDir(), "ca")
+	if msg, code := execute(t, "certs", "init", "--dir", caDir, "--trust-domain", "fleet.test"); code != 0 {
+		t.Fatal(msg)
+	}
+	coordID := issue(t, caDir, "coordinator", "coord", "--ip", "127.0.0.1")
+	nodeID := issue(t, caDir, "node", "gpu-001")
+	otherID := issue(t, caDir, "node", "gpu-002")
+	admin := issue(t, caDir, "admin", "alice")
+
+	// The config as an operator writes it, paths relative to the file.
+	dir := t.TempDir()
+	for _, f := range []string{coordID.cert, coordID.key, coordID.ca} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgFile := filepath.Join(dir, "coordinator.yaml")
+	if err := os.WriteFile(cfgFile, []byte(`listen: 127.0.0.1:0
+http_listen: 127.0.0.1:0
+data_dir: data
+heartbeat_interval: 1s
+tls:
+  cert_file: coordinator-coord.crt
+  key_file: coordinator-coord.key
+  ca_file: ca.crt
+  trust_domain: fleet.test
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := coordinator.LoadConfig(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = filepath.Join(dir, "data")
+	srv, certs, err := newCoordinator(cfg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if certs == nil {
+		t.Fatal("no certificate reloader for a TLS coordinator")
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	addr := srv.GRPCAddr().String()
+	ctx := context.Background()
+
+	agentReg := prometheus.NewRegistry()
+	runAgent(t, "gpu-001", addr, nodeID, agentReg)
+	waitUntil(t, "gpu-001 healthy", func() bool {
+		n, err := srv.Store().Node(ctx, "gpu-001")
+		return err == nil && n.State == coordinator.StateHealthy
+	})
+
+	// A certificate for gpu-002 in an agent configured as gpu-003.
+	stopWrong := runAgent(t, "gpu-003", addr, otherID, nil)
+	waitUntil(t, "the refusal recorded", func() bool {
+		evs, err := srv.Store().Events(ctx, store.EventQuery{Node: "gpu-002", Kind: store.EventRefused})
+		return err == nil && len(evs) > 0
+	})
+	stopWrong()
+	if _, err := srv.Store().Node(ctx, "gpu-003"); err == nil {
+		t.Error("gpu-003 joined on gpu-002's certificate")
+	}
+
+	op := []string{"--coordinator", addr, "--cert", admin.cert, "--key", admin.key, "--ca", admin.ca, "--trust-domain", "fleet.test"}
+	out, code := execute(t, append([]string{"nodes", "-o", "json"}, op...)...)
+	if code != 0 {
+		t.Fatalf("nodes with an admin certificate: %d %s", code, out)
+	}
+	var listing struct {
+		Nodes []struct{ Name, State string }
+	}
+	if err := json.Unmarshal([]byte(out), &listing); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(listing.Nodes) != 1 || listing.Nodes[0].Name != "gpu-001" || listing.Nodes[0].State != "healthy" {
+		t.Fatalf("nodes = %+v", listing.Nodes)
+	}
+
+	// The same from the environment.
+	t.Setenv(envCert, admin.cert)
+	t.Setenv(envKey, admin.key)
+	t.Setenv(envCA, admin.ca)
+	if out, code := execute(t, "nodes", "--coordinator", addr); code != 0 || !strings.Contains(out, "gpu-001") {
+		t.Fatalf("nodes with the certificate from the environment: %d %s", code, out)
+	}
+	t.Setenv(envCert, "")
+	t.Setenv(envKey, "")
+	t.Setenv(envCA, "")
+
+	refusedCLI := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"node certificate", []string{"nodes", "--coordinator", addr, "--cert", nodeID.cert, "--key", nodeID.key, "--ca", nodeID.ca},
+			"permission denied: node:gpu-001 may not call /fleetcheck.v1.OperatorService/ListNodes"},
+		{"no certificate", []string{"nodes", "--coordinator", addr}, "no operator certificate"},
+		{"plaintext to a TLS coordinator", []string{"nodes", "--coordinator", addr, "--insecure"}, "coordinator " + addr},
+		{"both", []string{"nodes", "--coordinator", addr, "--insecure", "--cert", admin.cert}, "choose one"},
+		{"coordinator of another trust domain", append([]string{"nodes"}, append(op[:len(op)-1:len(op)-1], "other.test")...), "is not a coordinator of trust domain other.test"},
+	}
+	for _, tc := range refusedCLI {
+		out, code := execute(t, tc.args...)
+		if code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d, %q; want 2 and %q", tc.name, code, out, tc.want)
+		}
+	}
+
+	// An operator's request runs on the real agent and lands in the audit
+	// log with who and why.
+	out, code = execute(t, append([]string{"check", "name=gpu-001", "--checks", "gpu.ecc,ib.ports", "--timeout", "20s",
+		"--reason", "INC-1234 slow job on gpu-001"}, op...)...)
+	if code != 0 || !strings.Contains(out, "gpu-001") || !strings.Contains(out, "pass") {
+		t.Fatalf("check: %d %s", code, out)
+	}
+	out, code = execute(t, append([]string{"events", "--kind", "operator_action", "-o", "json"}, op...)...)
+	if code != 0 {
+		t.Fatalf("events: %d %s", code, out)
+	}
+	var evs struct {
+		Events []struct{ Kind, Actor, Message, Node string }
+	}
+	if err := json.Unmarshal([]byte(out), &evs); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(evs.Events) != 1 || evs.Events[0].Actor != "admin:alice" || !strings.Contains(evs.Events[0].Message, "reason: INC-1234 slow job on gpu-001") {
+		t.Fatalf("operator_action events = %+v", evs.Events)
+	}
+	out, _ = execute(t, append([]string{"events", "--kind", "refused"}, op...)...)
+	if !strings.Contains(out, "gpu-002") || !strings.Contains(out, `node:gpu-002 may not speak for node "gpu-003"`) {
+		t.Errorf("refused events:\n%s", out)
+	}
+
+	// Both sides' /metrics.
+	body := httpGet(t, "http://"+srv.HTTPAddr().String()+"/metrics")
+	for _, want := range []string{`fleetcheck_nodes{state="healthy"} 1`, "fleetcheck_agents_connected 1", "process_resident_memory_bytes"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("coordinator /metrics lacks %q", want)
+		}
+	}
+	ms, err := metrics.Listen("127.0.0.1:0", agentReg, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Shutdown(context.Background()) //nolint:errcheck // test teardown
+	body = httpGet(t, "http://"+ms.Addr().String()+"/metrics")
+	for _, want := range []string{`fleetcheck_check_status{check="gpu.ecc"} 0`, "fleetcheck_agent_connected 1",
+		`fleetcheck_agent_work_requests_total{outcome="accepted"} 1`, `fleetcheck_agent_passes_total{kind="requested",status="pass"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("agent /metrics lacks %q", want)
+		}
+	}
+}
+
+// TestCoordinatorRefusesPlaintextWithoutInsecure: no tls section and no
+// --insecure is an error at start, not a plaintext server.
+func TestCoordinatorRefusesPlaintextWithoutInsecure(t *testing.T) {
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfgFile, []byte("listen: 127.0.0.1:0\nhttp_listen: off\ndata_dir: "+dir+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := execute(t, "coordinator", "--config", cfgFile)
+	if code != 2 || !strings.Contains(out, "no transport credentials") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if err := os.WriteFile(cfgFile, []byte("listen: 127.0.0.1:0\nhttp_listen: off\ndata_dir: "+dir+"\ntls:\n  cert_file: a\n  key_file: b\n  ca_file: c\n  trust_domain: fleet.test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code = execute(t, "coordinator", "--config", cfgFile, "--insecure")
+	if code != 2 || !strings.Contains(out, "choose one") {
+		t.Fatalf("--insecure with tls: exit %d: %s", code, out)
+	}
+}

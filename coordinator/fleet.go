@@ -1,0 +1,594 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/campaign"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/proto/version"
+	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/selector"
+	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/wire"
+)
+
+// Params a campaign may hand RunAction that are not the action's own: the
+// coordinator lifts them into the request's fields (the drill engine's
+// safety timers and its id).
+const (
+	ParamRevertAfter        = "revert_after"         // a Go duration
+	ParamRevertOnDisconnect = "revert_on_disconnect" // a Go duration
+	ParamDrillID            = "drill_id"
+)
+
+// Bounds on what a campaign sends; the agent validates the values.
+const (
+	maxFleetParams     = 16
+	maxFleetParamValue = 256
+	maxMultiNodes      = 64
+)
+
+var (
+	fleetParamRE  = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+	fleetActionRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$`)
+)
+
+// Fleet is the coordinator as campaigns see it (campaign.Fleet), over the
+// agent streams:
+//
+//   - Nodes lists the stored nodes a selector picks, with the live view's
+//     connection and the activity the agent last reported.
+//   - RunChecks sends one work to one node and waits for its stored
+//     result; the report is rebuilt from it.
+//   - RunMulti reserves the peers first (each must accept), then asks the
+//     first node to launch, waits for its result and tells the peers the
+//     run is over so each reports its side; any refusal calls the run off
+//     cleanly.
+//   - RunAction sends an action by name with its parameters, after an
+//     audit event, and waits for DONE, FAILED or REFUSED.
+//
+// Errors wrap campaign.ErrUnreachable (not connected, or the stream was
+// lost and not back within three heartbeat intervals), ErrRefused (the
+// agent's reason, or an agent too old for the request) and ErrTimeout (no
+// answer within opts.Timeout). Every call is bounded by opts.Timeout
+// (default 2m) and ctx.
+func (s *Server) Fleet() campaign.Fleet { return &fleet{s: s} }
+
+type fleet struct{ s *Server }
+
+var _ campaign.Fleet = (*fleet)(nil)
+
+// Nodes lists the nodes matching a label selector ("" = all).
+func (f *fleet) Nodes(ctx context.Context, sel string) ([]campaign.Node, error) {
+	s := f.s
+	parsed, err := selector.Parse(sel)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
+	db := s.Store()
+	if db == nil {
+		return nil, errors.New("nodes: coordinator not started")
+	}
+	nodes, err := db.Nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
+	out := make([]campaign.Node, 0, len(nodes))
+	for _, n := range nodes {
+		if !parsed.Matches(n.Name, n.Labels) {
+			continue
+		}
+		cn := campaign.Node{Name: n.Name, Labels: n.Labels, State: n.State, Inventory: n.Inventory}
+		// The live view is fresher than the store for the state, the
+		// connection and the activity.
+		if e := s.reg.lookup(n.Name); e != nil {
+			e.mu.Lock()
+			if e.state != "" {
+				cn.State = e.state
+			}
+			if e.sess != nil {
+				cn.Connected = true
+				cn.Activity = activityName(pb.NodeActivity(e.sess.activity.Load()))
+			}
+			e.mu.Unlock()
+		}
+		out = append(out, cn)
+	}
+	return out, nil
+}
+
+func activityName(a pb.NodeActivity) string {
+	switch a {
+	case pb.NodeActivity_NODE_ACTIVITY_BUSY:
+		return "busy"
+	case pb.NodeActivity_NODE_ACTIVITY_IDLE:
+		return "idle"
+	case pb.NodeActivity_NODE_ACTIVITY_DRAINED:
+		return "drained"
+	}
+	return ""
+}
+
+// RunChecks runs named checks on one node and returns its report.
+func (f *fleet) RunChecks(ctx context.Context, node string, names []string, opts campaign.RunOptions) (*report.Report, error) {
+	timeout, err := fleetTimeout(opts.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("run %s on %s: %w", strings.Join(names, ","), node, err)
+	}
+	if err := validCheckNames(names); err != nil {
+		return nil, fmt.Errorf("run on %s: %w", node, err)
+	}
+	if err := validFleetParams(opts.Params); err != nil {
+		return nil, fmt.Errorf("run %s on %s: %w", strings.Join(names, ","), node, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sess, err := f.session(node)
+	if err != nil {
+		return nil, err
+	}
+	if len(opts.Params) > 0 && !speaksFeatures(sess.protocol) {
+		return nil, fmt.Errorf("node %s: agent speaks protocol %s; run parameters need %s: %w", node, sess.protocol, version.Features1_1, campaign.ErrRefused)
+	}
+	w, done, err := f.dispatch(ctx, []*session{sess})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	msg := &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunChecks{RunChecks: &pb.RunChecks{
+		WorkId: w.id, Checks: names, TimeoutMs: agentTimeout(timeout).Milliseconds(), Params: opts.Params,
+	}}}
+	if err := sendTo(sess, msg); err != nil {
+		return nil, err
+	}
+	o, r, err := f.await(ctx, w, node, sess, timeout, false)
+	if err != nil {
+		return nil, err
+	}
+	return reportOf(node, o, r)
+}
+
+// RunMulti runs a multi-node check: nodes[0] launches, the others take
+// part. It returns the launcher's report; each peer's side is stored as
+// its own result under the same work id.
+func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts campaign.RunOptions) (*report.Report, error) {
+	what := fmt.Sprintf("run %s across %s", check, strings.Join(nodes, ","))
+	timeout, err := fleetTimeout(opts.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := validCheckNames([]string{check}); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(nodes) < 2 || len(nodes) > maxMultiNodes {
+		return nil, fmt.Errorf("%s: %d nodes; a multi-node run takes 2 to %d", what, len(nodes), maxMultiNodes)
+	}
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if err := validNodeName(n); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("%s: node %s named twice", what, n)
+		}
+		seen[n] = true
+	}
+	if len(opts.Params) > 0 {
+		return nil, fmt.Errorf("%s: a multi-node run takes no parameters (the agents' multi_node.launcher_command fixes them): %w", what, campaign.ErrRefused)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sessions := make([]*session, len(nodes))
+	for i, n := range nodes {
+		sess, err := f.session(n)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		switch {
+		case !speaksFeatures(sess.protocol):
+			return nil, fmt.Errorf("%s: agent on %s speaks protocol %s; multi-node runs need %s: %w", what, n, sess.protocol, version.Features1_1, campaign.ErrRefused)
+		case !sess.multiNode:
+			return nil, fmt.Errorf("%s: agent on %s has no multi_node section in its config: %w", what, n, campaign.ErrRefused)
+		}
+		sessions[i] = sess
+	}
+	w, done, err := f.dispatch(ctx, sessions)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	w.mu.Lock()
+	w.nudgeOnAccept = true
+	w.mu.Unlock()
+	run := func(role pb.MultiRole) *pb.CoordinatorMessage {
+		return &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunChecks{RunChecks: &pb.RunChecks{
+			WorkId: w.id, Checks: []string{check}, TimeoutMs: agentTimeout(timeout).Milliseconds(),
+			Role: role, Participants: nodes, MultiId: w.id,
+		}}}
+	}
+	peers := sessions[1:]
+	// Peers first: the launcher starts only once every peer is reserved.
+	var joined []*session
+	callOff := func(why string) {
+		for _, p := range joined {
+			f.endMulti(p.node, &pb.EndMulti{MultiId: w.id, Launcher: nodes[0], AbortReason: why})
+		}
+	}
+	for _, p := range peers {
+		if err := sendTo(p, run(pb.MultiRole_MULTI_ROLE_PEER)); err != nil {
+			callOff(fmt.Sprintf("peer %s could not be asked", p.node))
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		joined = append(joined, p)
+	}
+	for _, p := range peers {
+		o, _, err := f.await(ctx, w, p.node, p, timeout, true)
+		if err == nil && o != nil {
+			err = fmt.Errorf("node %s ended its part before the run: %s: %s", p.node, o.GetStatus(), o.GetReason())
+		}
+		if err != nil {
+			callOff(fmt.Sprintf("peer %s did not join: %v", p.node, err))
+			return nil, fmt.Errorf("%s: peer did not join: %w", what, err)
+		}
+	}
+	launcher := sessions[0]
+	if err := sendTo(launcher, run(pb.MultiRole_MULTI_ROLE_LAUNCHER)); err != nil {
+		callOff(fmt.Sprintf("launcher %s could not be asked", launcher.node))
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	o, r, err := f.await(ctx, w, launcher.node, launcher, timeout, false)
+	if err == nil {
+		var rep *report.Report
+		if rep, err = reportOf(launcher.node, o, r); err == nil {
+			end := &pb.EndMulti{MultiId: w.id, Launcher: launcher.node, LauncherResultId: r.ID}
+			if c := rep.Check(check); c != nil {
+				end.Check = wire.CheckToProto(*c)
+			} else {
+				end.AbortReason = "the launcher's result has no " + check
+			}
+			for _, p := range peers {
+				f.endMulti(p.node, end)
+			}
+			return rep, nil
+		}
+	}
+	callOff(fmt.Sprintf("launcher %s: %v", launcher.node, err))
+	return nil, fmt.Errorf("%s: launcher: %w", what, err)
+}
+
+// endMulti tells a peer the run is over, on its current stream. A peer
+// that misses it reports its side when its own timeout passes.
+func (f *fleet) endMulti(node string, end *pb.EndMulti) {
+	if sess, err := f.session(node); err == nil {
+		sess.trySend(&pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_EndMulti{EndMulti: end}})
+	}
+}
+
+// RunAction runs an agent-configured action by name. The drill engine's
+// revert_after and revert_on_disconnect parameters become the request's
+// revert timers and drill_id its reason; every other parameter goes to
+// the agent, which checks it against its config.
+func (f *fleet) RunAction(ctx context.Context, node, action string, params map[string]string, opts campaign.RunOptions) (campaign.ActionResult, error) {
+	s := f.s
+	if params == nil {
+		params = opts.Params
+	}
+	timeout, err := fleetTimeout(opts.Timeout)
+	if err != nil {
+		return campaign.ActionResult{}, fmt.Errorf("action %s on %s: %w", action, node, err)
+	}
+	if !fleetActionRE.MatchString(action) {
+		return campaign.ActionResult{}, fmt.Errorf("action %q on %s: lowercase letters, digits, '.', '_', '-' (at most 64)", action, node)
+	}
+	req := &pb.RunAction{Action: action, TimeoutMs: agentTimeout(timeout).Milliseconds(), Params: map[string]string{}}
+	for k, v := range params {
+		switch k {
+		case ParamRevertAfter, ParamRevertOnDisconnect:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return campaign.ActionResult{}, fmt.Errorf("action %s on %s: %s %q: want a positive duration", action, node, k, v)
+			}
+			if k == ParamRevertAfter {
+				req.RevertAfterMs = d.Milliseconds()
+			} else {
+				req.RevertOnDisconnectMs = d.Milliseconds()
+			}
+		case ParamDrillID:
+			req.Reason = "drill " + v
+		default:
+			req.Params[k] = v
+		}
+	}
+	if err := validFleetParams(req.Params); err != nil {
+		return campaign.ActionResult{}, fmt.Errorf("action %s on %s: %w", action, node, err)
+	}
+	if len(req.Reason) > maxActionReasonBytes {
+		req.Reason = req.Reason[:maxActionReasonBytes]
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sess, err := f.session(node)
+	if err != nil {
+		return campaign.ActionResult{}, err
+	}
+	switch {
+	case !speaksFeatures(sess.protocol):
+		return campaign.ActionResult{}, fmt.Errorf("node %s: agent speaks protocol %s; actions need %s: %w", node, sess.protocol, version.Features1_1, campaign.ErrRefused)
+	case !slices.Contains(sess.actions, action):
+		return campaign.ActionResult{}, fmt.Errorf("node %s: action %q is not in the agent's config (it has: %s): %w",
+			node, action, strings.Join(sess.actions, ", "), campaign.ErrRefused)
+	}
+	req.ActionId = newActionID(s.now())
+	// Recorded before it is sent: what, where, with what and on whose behalf.
+	actor := ActorFrom(ctx)
+	if !strings.HasPrefix(actor, "campaign") {
+		actor = "campaign"
+	}
+	detail := fmt.Sprintf("%s on %s (%s)", action, node, req.ActionId)
+	if ps := paramList(params); len(ps) > 0 {
+		detail += " with " + strings.Join(ps, " ")
+	}
+	if err := s.AuditNode(ctx, node, actor, "action", detail); err != nil {
+		return campaign.ActionResult{}, fmt.Errorf("action %s on %s not sent: %w", action, node, err)
+	}
+	pa := s.acts.add(req.ActionId, node)
+	defer s.acts.remove(req.ActionId)
+	if err := sendTo(sess, &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunAction{RunAction: req}}); err != nil {
+		return campaign.ActionResult{}, err
+	}
+	return f.awaitAction(ctx, pa, sess, timeout)
+}
+
+// maxActionReasonBytes bounds RunAction's reason, as the proto says.
+const maxActionReasonBytes = 256
+
+// awaitAction waits for an action's final status.
+func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *session, timeout time.Duration) (campaign.ActionResult, error) {
+	accepted := false
+	lost := f.watchStream(pa.node, sess)
+	defer lost.stop()
+	for {
+		select {
+		case st := <-pa.updates:
+			switch st.GetState() {
+			case pb.ActionStatus_STATE_ACCEPTED:
+				accepted = true
+			case pb.ActionStatus_STATE_REFUSED:
+				return campaign.ActionResult{Message: st.GetMessage()}, fmt.Errorf("node %s refused %s: %s: %w", pa.node, pa.id, st.GetMessage(), campaign.ErrRefused)
+			case pb.ActionStatus_STATE_DONE, pb.ActionStatus_STATE_FAILED:
+				return campaign.ActionResult{OK: st.GetState() == pb.ActionStatus_STATE_DONE, Message: st.GetMessage(), Output: st.GetOutput()}, nil
+			}
+		case <-lost.gone():
+			if lost.expired() {
+				return campaign.ActionResult{}, fmt.Errorf("node %s: stream lost during action %s and not back within %s: %w", pa.node, pa.id, lost.grace, campaign.ErrUnreachable)
+			}
+		case <-lost.changed():
+			lost.check()
+		case <-ctx.Done():
+			return campaign.ActionResult{}, f.deadlineError(ctx, pa.node, "action "+pa.id, accepted, timeout)
+		case <-f.s.stopping:
+			return campaign.ActionResult{}, fmt.Errorf("node %s: coordinator stopping: %w", pa.node, campaign.ErrUnreachable)
+		}
+	}
+}
+
+// session returns the node's current stream, or ErrUnreachable.
+func (f *fleet) session(node string) (*session, error) {
+	if e := f.s.reg.lookup(node); e != nil {
+		e.mu.Lock()
+		sess := e.sess
+		e.mu.Unlock()
+		if sess != nil && sess.ctx.Err() == nil {
+			return sess, nil
+		}
+		return nil, fmt.Errorf("node %s: not connected: %w", node, campaign.ErrUnreachable)
+	}
+	return nil, fmt.Errorf("node %s: unknown node: %w", node, campaign.ErrUnreachable)
+}
+
+// dispatch registers a work for the sessions' nodes, in the work table and
+// in the store, before anything is sent. done removes it from the table.
+func (f *fleet) dispatch(ctx context.Context, sessions []*session) (*work, func(), error) {
+	s := f.s
+	now := s.now()
+	w := newWork(newWorkID(now))
+	for _, sess := range sessions {
+		w.addTarget(sess.node, sess)
+	}
+	if err := s.recordDispatch(ctx, w, sessions, now); err != nil {
+		return nil, nil, fmt.Errorf("record dispatch: %w", err)
+	}
+	s.works.add(w)
+	return w, func() { s.works.remove(w.id) }, nil
+}
+
+// sendTo queues a message on a stream without waiting: a stream whose
+// queue is full is not reading, as good as unreachable.
+func sendTo(sess *session, m *pb.CoordinatorMessage) error {
+	if sess.trySend(m) {
+		return nil
+	}
+	if sess.ctx.Err() != nil {
+		return fmt.Errorf("node %s: stream lost before the request was sent: %w", sess.node, campaign.ErrUnreachable)
+	}
+	return fmt.Errorf("node %s: send queue full: %w", sess.node, campaign.ErrUnreachable)
+}
+
+// await waits for node's outcome of w (or, with untilAccepted, for its
+// ACCEPTED). A lost stream is given three heartbeat intervals to come
+// back: the agent keeps running the work and delivers it on the new one.
+func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, timeout time.Duration, untilAccepted bool) (*pb.NodeOutcome, *store.Result, error) {
+	lost := f.watchStream(node, sess)
+	defer lost.stop()
+	for {
+		accepted, o, r := w.state(node)
+		switch {
+		case o != nil && o.GetStatus() == OutcomeRefused:
+			return nil, nil, fmt.Errorf("node %s refused: %s: %w", node, o.GetReason(), campaign.ErrRefused)
+		case o != nil:
+			return o, r, nil
+		case accepted && untilAccepted:
+			return nil, nil, nil
+		}
+		select {
+		case <-w.changed:
+		case <-lost.gone():
+			if lost.expired() {
+				return nil, nil, fmt.Errorf("node %s: stream lost during the run and not back within %s: %w", node, lost.grace, campaign.ErrUnreachable)
+			}
+		case <-lost.changed():
+			lost.check()
+		case <-ctx.Done():
+			return nil, nil, f.deadlineError(ctx, node, "work "+w.id, accepted, timeout)
+		case <-f.s.stopping:
+			return nil, nil, fmt.Errorf("node %s: coordinator stopping: %w", node, campaign.ErrUnreachable)
+		}
+	}
+}
+
+// deadlineError says why a wait ended with ctx: the caller gave up (its
+// own error), or the timeout passed (unreachable when the node has no
+// stream by then, else timed out).
+func (f *fleet) deadlineError(ctx context.Context, node, what string, accepted bool, timeout time.Duration) error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("node %s: %s: %w", node, what, ctx.Err())
+	}
+	if _, err := f.session(node); err != nil {
+		return fmt.Errorf("node %s: %s: not connected at the deadline (%s): %w", node, what, timeout, campaign.ErrUnreachable)
+	}
+	if accepted {
+		return fmt.Errorf("node %s: %s accepted, no answer within %s: %w", node, what, timeout, campaign.ErrTimeout)
+	}
+	return fmt.Errorf("node %s: %s: no answer within %s: %w", node, what, timeout, campaign.ErrTimeout)
+}
+
+// streamWatch follows a node's stream through a call: when it ends, the
+// node has three heartbeat intervals to be back on a new one.
+type streamWatch struct {
+	f     *fleet
+	node  string
+	cur   *session
+	grace time.Duration
+	timer *time.Timer
+	// lostC is nil while a stream is up.
+	lostC <-chan time.Time
+}
+
+func (f *fleet) watchStream(node string, sess *session) *streamWatch {
+	return &streamWatch{f: f, node: node, cur: sess, grace: 3 * f.s.cfg.HeartbeatInterval}
+}
+
+// changed fires when the followed stream ends.
+func (w *streamWatch) changed() <-chan struct{} {
+	if w.cur == nil {
+		return nil
+	}
+	return w.cur.ctx.Done()
+}
+
+// gone fires when the grace after a lost stream ran out.
+func (w *streamWatch) gone() <-chan time.Time { return w.lostC }
+
+// check follows a replacement stream, or starts the grace period.
+func (w *streamWatch) check() {
+	if w.follow() {
+		return
+	}
+	w.cur = nil
+	if w.timer == nil {
+		w.timer = time.NewTimer(w.grace)
+		w.lostC = w.timer.C
+	}
+}
+
+// expired is called when the grace ran out: true when the node is still
+// without a stream; otherwise the new stream is followed.
+func (w *streamWatch) expired() bool {
+	w.timer, w.lostC = nil, nil
+	return !w.follow()
+}
+
+// follow takes the node's current stream, if it has one.
+func (w *streamWatch) follow() bool {
+	sess, err := w.f.session(w.node)
+	if err != nil {
+		return false
+	}
+	w.cur = sess
+	w.stop()
+	return true
+}
+
+func (w *streamWatch) stop() {
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.timer, w.lostC = nil, nil
+}
+
+// reportOf turns a node's outcome and stored result into its report.
+func reportOf(node string, o *pb.NodeOutcome, r *store.Result) (*report.Report, error) {
+	if r == nil {
+		return nil, fmt.Errorf("node %s: %s: %s", node, o.GetStatus(), o.GetReason())
+	}
+	rep := &report.Report{Node: r.Node, Status: r.Status, Checks: slices.Clone(r.Checks)}
+	if r.Inventory != nil {
+		rep.Inventory = *r.Inventory
+	}
+	if !r.Finished.IsZero() {
+		rep.CollectedAt = r.Finished.UTC().Format(time.RFC3339)
+	}
+	return rep, nil
+}
+
+// fleetTimeout is a call's bound: opts.Timeout, 2m when unset.
+func fleetTimeout(d time.Duration) (time.Duration, error) {
+	if d == 0 {
+		d = DefaultRunTimeout
+	}
+	if d < MinRunTimeout || d > MaxRunTimeout {
+		return 0, fmt.Errorf("timeout %s: must be between %s and %s", d, MinRunTimeout, MaxRunTimeout)
+	}
+	return d, nil
+}
+
+// validFleetParams bounds parameters before they leave: names and sizes.
+// What a value may be is the agent's call.
+func validFleetParams(p map[string]string) error {
+	if len(p) > maxFleetParams {
+		return fmt.Errorf("%d parameters, at most %d", len(p), maxFleetParams)
+	}
+	for k, v := range p {
+		if !fleetParamRE.MatchString(k) {
+			return fmt.Errorf("parameter name %q: lowercase letters, digits and '_' (at most 32)", clipID(k))
+		}
+		if len(v) > maxFleetParamValue || strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			return fmt.Errorf("parameter %s: at most %d bytes, no control characters", k, maxFleetParamValue)
+		}
+	}
+	return nil
+}
+
+// paramList is "k=v" sorted, for the audit log.
+func paramList(p map[string]string) []string {
+	out := make([]string, 0, len(p))
+	for _, k := range slices.Sorted(maps.Keys(p)) {
+		out = append(out, k+"="+p[k])
+	}
+	return out
+}
+
+// speaksFeatures says whether an agent's protocol has params, multi-node
+// roles and actions (1.1 and later of major 1).
+func speaksFeatures(v string) bool {
+	major, minor, ok := parseVersion(v)
+	fm, fn, _ := parseVersion(version.Features1_1)
+	return ok && (major > fm || major == fm && minor >= fn)
+}

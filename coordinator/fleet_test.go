@@ -1,0 +1,325 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetcheck/fleetcheck/agent"
+	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/config"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/sim"
+	"github.com/fleetcheck/fleetcheck/store"
+)
+
+// fleetAgentYAML configures the real agents of these tests: the actions a
+// rollout and a drill use, and 2-node runs among gpu-NNN nodes.
+const fleetAgentYAML = `
+insecure: true
+activity: idle
+interval: 1h
+enabled_checks: [gpu.inventory, gpu.ecc, gpu.xid, ib.ports, nccl.allreduce]
+actions:
+  driver-upgrade:
+    command: [driver-upgrade, "{version}"]
+    params: {version: '5[0-9]{2}\.[0-9]+(\.[0-9]+)?'}
+    timeout: 30s
+    disruptive: true
+  ib-port-down:
+    command: [ib-port-down, "{hca}"]
+    params: {hca: 'mlx5_[0-9]+'}
+    revert: ib-port-up
+  ib-port-up:
+    command: [ib-port-up, "{hca}"]
+    params: {hca: 'mlx5_[0-9]+'}
+multi_node:
+  launcher_command: [mpirun, -H, "{hosts}", -np, "{np}", all_reduce_perf, -b, 8G, -e, 8G, -g, "8"]
+  allowed_peers: 'gpu-[0-9]{3}'
+`
+
+// simAgent is a real agent on a simulated node, connected to s.
+type simAgent struct {
+	node *sim.Node
+	stop func()
+}
+
+func startSimAgent(t *testing.T, s *Server, fabric *sim.Fabric, name string, mod func(*agent.Config)) *simAgent {
+	t.Helper()
+	spec := sim.DefaultSpec(name)
+	spec.Fabric = fabric
+	n, err := sim.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := agent.ParseConfig([]byte("node: " + name + "\ncoordinator: " + s.GRPCAddr().String() + "\n" + fleetAgentYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateDir = t.TempDir()
+	cfg.MetricsListen = "off"
+	cfg.Labels = map[string]string{"sku": "h100"}
+	cfg.Reconnect.Initial = config.Duration(50 * time.Millisecond)
+	cfg.Reconnect.Max = config.Duration(200 * time.Millisecond)
+	if mod != nil {
+		mod(cfg)
+	}
+	a, err := agent.New(cfg, n, zerolog.Nop(), agent.WithVersion("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.Run(ctx); err != nil {
+			t.Errorf("agent %s: %v", name, err)
+		}
+	}()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return &simAgent{node: n, stop: stop}
+}
+
+// waitConnected waits until every node is connected with an inventory.
+func waitConnected(t *testing.T, f campaign.Fleet, names ...string) {
+	t.Helper()
+	eventually(t, 20*time.Second, "agents connected", func() bool {
+		nodes, err := f.Nodes(context.Background(), "name in ("+strings.Join(names, ",")+")")
+		if err != nil || len(nodes) != len(names) {
+			return false
+		}
+		for _, n := range nodes {
+			if !n.Connected || n.Inventory.DriverVersion == "" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestFleetOverRealAgents(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, t.TempDir(), nil)
+	f := s.Fleet()
+	fabric := sim.NewFabric()
+	a1 := startSimAgent(t, s, fabric, "gpu-001", nil)
+	a2 := startSimAgent(t, s, fabric, "gpu-002", nil)
+	startSimAgent(t, s, fabric, "gpu-003", func(c *agent.Config) { c.Activity = agent.ActivityBusy })
+	waitConnected(t, f, "gpu-001", "gpu-002", "gpu-003")
+	ctx := context.Background()
+	opts := campaign.RunOptions{Timeout: 20 * time.Second}
+
+	t.Run("nodes", func(t *testing.T) {
+		nodes, err := f.Nodes(ctx, "name in (gpu-001,gpu-003)")
+		if err != nil || len(nodes) != 2 {
+			t.Fatalf("nodes: %v %v", nodes, err)
+		}
+		if n := nodes[0]; n.Name != "gpu-001" || !n.Connected || n.Activity != "idle" || n.Labels["sku"] != "h100" ||
+			n.Inventory.DriverVersion != "535.161.08" || len(n.Inventory.GPUs) != 8 {
+			t.Errorf("gpu-001: %+v", n)
+		}
+		if nodes[1].Activity != "busy" {
+			t.Errorf("gpu-003 activity %q, want busy", nodes[1].Activity)
+		}
+		if _, err := f.Nodes(ctx, "name in (("); err == nil {
+			t.Error("a bad selector was accepted")
+		}
+	})
+
+	t.Run("run checks", func(t *testing.T) {
+		rep, err := f.RunChecks(ctx, "gpu-001", []string{"gpu.ecc", "ib.ports"}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Node != "gpu-001" || rep.Status != "pass" || len(rep.Checks) != 2 || rep.Check("ib.ports") == nil ||
+			rep.Inventory.DriverVersion != "535.161.08" || rep.CollectedAt == "" {
+			t.Errorf("report: %+v", rep)
+		}
+		// Parameters reach the tool.
+		rep, err = f.RunChecks(ctx, "gpu-002", []string{"nccl.allreduce"}, campaign.RunOptions{Timeout: 20 * time.Second, Params: map[string]string{"max_bytes": "1G"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := rep.Check("nccl.allreduce"); c == nil || c.Metrics["nccl.allreduce.size_bytes"] != 1<<30 {
+			t.Errorf("allreduce with max_bytes=1G: %+v", c)
+		}
+	})
+
+	t.Run("refused", func(t *testing.T) {
+		_, err := f.RunChecks(ctx, "gpu-001", []string{"dcgm.diag"}, opts)
+		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "not enabled") {
+			t.Errorf("disabled check: %v", err)
+		}
+		_, err = f.RunChecks(ctx, "gpu-003", []string{"nccl.allreduce"}, opts)
+		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "node is busy") {
+			t.Errorf("disruptive on a busy node: %v", err)
+		}
+		_, err = f.RunAction(ctx, "gpu-001", "rm-rf", nil, opts)
+		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "not in the agent's config") {
+			t.Errorf("unknown action: %v", err)
+		}
+		_, err = f.RunAction(ctx, "gpu-001", "driver-upgrade", map[string]string{"version": "550.54.15 && reboot"}, opts)
+		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "characters no parameter may hold") {
+			t.Errorf("hostile parameter: %v", err)
+		}
+	})
+
+	t.Run("unreachable", func(t *testing.T) {
+		if _, err := f.RunChecks(ctx, "gpu-404", []string{"gpu.ecc"}, opts); !errors.Is(err, campaign.ErrUnreachable) {
+			t.Errorf("unknown node: %v", err)
+		}
+	})
+
+	t.Run("multi", func(t *testing.T) {
+		rep, err := f.RunMulti(ctx, []string{"gpu-001", "gpu-002"}, "nccl.allreduce", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := rep.Check("nccl.allreduce")
+		if rep.Node != "gpu-001" || c == nil || c.Status != "pass" {
+			t.Fatalf("2-node report: %+v", rep)
+		}
+		bw := c.Metrics["nccl.allreduce2.busbw_gbps"]
+		if math.Abs(bw-469)/469 > 0.05 {
+			t.Errorf("healthy pair busbw %.1f, want about 469", bw)
+		}
+		// The peer's side is stored as its result under the same work.
+		eventually(t, 10*time.Second, "the peer's side", func() bool {
+			rows, err := s.Store().Results(ctx, store.ResultQuery{Node: "gpu-002", Check: "nccl.allreduce", Limit: 5})
+			return err == nil && len(rows) > 0 && strings.Contains(rows[0].Check.Reason, "measured by launcher gpu-001") &&
+				rows[0].Check.Metrics["nccl.allreduce2.busbw_gbps"] == bw
+		})
+		// A slow peer slows the pair.
+		if err := a2.node.AddFault(sim.SlowNode{Factor: 0.5}); err != nil {
+			t.Fatal(err)
+		}
+		rep, err = f.RunMulti(ctx, []string{"gpu-001", "gpu-002"}, "nccl.allreduce", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bw := rep.Check("nccl.allreduce").Metrics["nccl.allreduce2.busbw_gbps"]; math.Abs(bw-234.5)/234.5 > 0.05 {
+			t.Errorf("pair with a half-speed peer: %.1f GB/s, want about 234", bw)
+		}
+		a2.node.ClearFault(sim.KindSlowNode, "")
+		// A busy peer refuses; the run is called off before any launch.
+		_, err = f.RunMulti(ctx, []string{"gpu-001", "gpu-003"}, "nccl.allreduce", opts)
+		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "gpu-003") {
+			t.Errorf("busy peer: %v", err)
+		}
+		// gpu-001 is free again: a single-node run is accepted.
+		if _, err := f.RunChecks(ctx, "gpu-001", []string{"nccl.allreduce"}, opts); err != nil {
+			t.Errorf("after the runs: %v", err)
+		}
+	})
+
+	t.Run("action", func(t *testing.T) {
+		res, err := f.RunAction(ctx, "gpu-001", "driver-upgrade", map[string]string{"version": "550.54.15"}, opts)
+		if err != nil || !res.OK || !strings.Contains(res.Output, "installed NVIDIA driver 550.54.15") {
+			t.Fatalf("upgrade: %+v %v", res, err)
+		}
+		if a1.node.Driver() != "550.54.15" {
+			t.Fatalf("sim driver %s", a1.node.Driver())
+		}
+		eventually(t, 15*time.Second, "inventory with the new driver", func() bool {
+			nodes, err := f.Nodes(ctx, "name=gpu-001")
+			return err == nil && len(nodes) == 1 && nodes[0].Inventory.DriverVersion == "550.54.15"
+		})
+		if ev := eventsOf(t, s, "gpu-001"); !hasEvent(ev, "audit: action: driver-upgrade on gpu-001") || !hasEvent(ev, "version=550.54.15") {
+			t.Errorf("no audit event for the action: %v", ev)
+		}
+		evs, _ := s.Store().Events(ctx, store.EventQuery{Node: "gpu-001", Kind: store.EventAudit})
+		if len(evs) == 0 || evs[0].Actor != "campaign" {
+			t.Errorf("audit events %+v, want actor campaign", evs)
+		}
+		// A drill fault with the engine's timer parameters.
+		res, err = f.RunAction(ctx, "gpu-002", "ib-port-down", map[string]string{"hca": "mlx5_1", "drill_id": "d-7", "revert_after": "1h", "revert_on_disconnect": "2m"}, opts)
+		if err != nil || !res.OK {
+			t.Fatalf("inject: %+v %v", res, err)
+		}
+		res, err = f.RunAction(ctx, "gpu-002", "ib-port-up", map[string]string{"hca": "mlx5_1", "drill_id": "d-7"}, opts)
+		if err != nil || !res.OK || !strings.Contains(res.Message, "disarmed 1") {
+			t.Fatalf("revert: %+v %v", res, err)
+		}
+	})
+
+	t.Run("lost", func(t *testing.T) {
+		a2.stop()
+		eventually(t, 10*time.Second, "gpu-002 disconnected", func() bool {
+			nodes, _ := f.Nodes(ctx, "name=gpu-002")
+			return len(nodes) == 1 && !nodes[0].Connected
+		})
+		if _, err := f.RunChecks(ctx, "gpu-002", []string{"gpu.ecc"}, opts); !errors.Is(err, campaign.ErrUnreachable) {
+			t.Errorf("stopped agent: %v", err)
+		}
+		if _, err := f.RunMulti(ctx, []string{"gpu-001", "gpu-002"}, "nccl.allreduce", opts); !errors.Is(err, campaign.ErrUnreachable) {
+			t.Errorf("multi with a stopped peer: %v", err)
+		}
+	})
+}
+
+func TestFleetTimeoutAndLostStream(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, t.TempDir(), nil)
+	f := s.Fleet()
+	ctx := context.Background()
+
+	// An agent that never answers: timed out.
+	mustConnect(t, s, "gpu-silent")
+	start := time.Now()
+	_, err := f.RunChecks(ctx, "gpu-silent", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: 300 * time.Millisecond})
+	if !errors.Is(err, campaign.ErrTimeout) {
+		t.Errorf("silent agent: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("timeout took %s", d)
+	}
+	// The caller's context bounds the call too.
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := f.RunChecks(cctx, "gpu-silent", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: time.Minute}); err == nil {
+		t.Error("no error when the caller's context ended")
+	}
+
+	// An agent that accepts and dies: unreachable once it is not back
+	// within three heartbeat intervals.
+	mustConnect(t, s, "gpu-dying", onRun(func(a *fakeAgent, rc *pb.RunChecks) {
+		a.workStatus(rc.GetWorkId(), pb.WorkStatus_STATE_ACCEPTED, "", "")
+		time.Sleep(50 * time.Millisecond)
+		a.close()
+	}))
+	_, err = f.RunChecks(ctx, "gpu-dying", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: time.Minute})
+	if !errors.Is(err, campaign.ErrUnreachable) || !strings.Contains(err.Error(), "stream lost") {
+		t.Errorf("dying agent: %v", err)
+	}
+
+	// An agent of protocol 1.0 is never sent what it would misread.
+	mustConnect(t, s, "gpu-old", withVersion("1.0"))
+	_, err = f.RunAction(ctx, "gpu-old", "driver-upgrade", map[string]string{"version": "550.54.15"}, campaign.RunOptions{Timeout: time.Second})
+	if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "protocol 1.0") {
+		t.Errorf("old agent action: %v", err)
+	}
+	_, err = f.RunMulti(ctx, []string{"gpu-old", "gpu-silent"}, "nccl.allreduce", campaign.RunOptions{Timeout: time.Second})
+	if !errors.Is(err, campaign.ErrRefused) {
+		t.Errorf("old agent multi: %v", err)
+	}
+	// Bounds checked before anything is sent.
+	if _, err := f.RunChecks(ctx, "gpu-silent", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: 2 * MaxRunTimeout}); err == nil {
+		t.Error("an unbounded timeout was accepted")
+	}
+	if _, err := f.RunMulti(ctx, []string{"gpu-silent", "gpu-silent"}, "nccl.allreduce", campaign.RunOptions{}); err == nil {
+		t.Error("a node named twice was accepted")
+	}
+}

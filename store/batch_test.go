@@ -1,0 +1,251 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/report"
+)
+
+func TestMarshalMetricsMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"gpu0.temp_c", "ib.mlx5_0.1.symbol_error", "a", "Z", "x<y", "q\"uote", "back\\slash", "ctl\x01",
+		"é.utf8", "amp&", "tab\t", "bad\xff", "del\x7f", ""}
+	values := []float64{0, math.Copysign(0, -1), 1, -1, 0.1, 1e-6, 9.99e-7, 1e-7, 1e20, 1e21, 123456789.125, -2.5e-300,
+		math.MaxFloat64, math.SmallestNonzeroFloat64, math.NaN(), math.Inf(1), math.Inf(-1), 1e308, 1.5e308, 400}
+	for i := range 500 {
+		m := map[string]float64{}
+		for range rng.IntN(20) {
+			m[keys[rng.IntN(len(keys))]+fmt.Sprint(rng.IntN(3))] = values[rng.IntN(len(values))] * float64(rng.IntN(5)+1)
+		}
+		got, err := marshalMetrics(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the store wrote before: encoding/json over the finite values.
+		clean := map[string]float64{}
+		for k, v := range m {
+			if finite(v) == v {
+				clean[k] = v
+			}
+		}
+		want := "{}"
+		if len(m) > 0 {
+			b, err := json.Marshal(clean)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = string(b)
+		}
+		if got != want {
+			t.Fatalf("case %d: marshalMetrics\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+// fullResult is a 13-check result like an agent's quick pass, with an
+// inventory.
+func fullResult(id, node string, at time.Time, inv *report.Inventory) Result {
+	r := Result{ID: id, Node: node, Started: at.Add(-time.Second), Finished: at, Status: report.Pass, Full: true, Inventory: inv}
+	for i := range 13 {
+		r.Checks = append(r.Checks, report.CheckResult{Name: fmt.Sprintf("check.%02d", i), Status: report.Pass,
+			DurationMS: 1.5, Findings: []report.Finding{}, Metrics: map[string]float64{fmt.Sprintf("gpu%d.x_c", i): float64(i)}})
+	}
+	return r
+}
+
+// Many results at once exercise every statement shape (256, 64, 16, 4, 1
+// rows), copies within a batch, copies of stored results and an id owned
+// by another node, and end with the same rows as one statement a row.
+func TestBatchedWritesLikeOneByOne(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), func(o *Options) { o.BatchDelay = 20 * time.Millisecond })
+	defer s.Close()
+	ctx := context.Background()
+	inv := &report.Inventory{DriverVersion: "535.161.08", GPUs: []report.GPU{{Index: 0, Serial: "S0"}}}
+	const nodes, per = 37, 9 // 333 results: 256 + 64 + 4×3 + 1
+	if _, err := s.Ingest(ctx, fullResult("stored-0", "n00", time.Now(), inv)); err != nil {
+		t.Fatal(err)
+	}
+	type out struct {
+		ack Ack
+		err error
+	}
+	res := make(map[string][]out)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	base := time.Now()
+	send := func(id, node string, at time.Time) {
+		defer wg.Done()
+		a, err := s.Ingest(ctx, fullResult(id, node, at, inv))
+		mu.Lock()
+		res[id+"@"+node] = append(res[id+"@"+node], out{a, err})
+		mu.Unlock()
+	}
+	for n := range nodes {
+		for i := range per {
+			wg.Add(1)
+			go send(fmt.Sprintf("r-%02d-%d", n, i), fmt.Sprintf("n%02d", n), base.Add(time.Duration(i)*time.Millisecond))
+		}
+	}
+	wg.Add(3)
+	go send("r-05-5", "n05", base.Add(5*time.Millisecond)) // a copy, likely in the same batch
+	go send("stored-0", "n00", time.Now())                 // a copy of a stored result
+	go send("stored-0", "n01", time.Now())                 // another node's id
+	wg.Wait()
+
+	if o := res["stored-0@n00"]; len(o) != 1 || o[0].err != nil || !o[0].ack.Duplicate {
+		t.Errorf("copy of a stored result: %+v", o)
+	}
+	if o := res["stored-0@n01"]; len(o) != 1 || o[0].err == nil {
+		t.Errorf("another node's id: %+v, want ErrIDConflict", o)
+	}
+	if o := res["r-05-5@n05"]; len(o) != 2 || o[0].err != nil || o[1].err != nil ||
+		o[0].ack.Duplicate == o[1].ack.Duplicate || !o[0].ack.Stored.Equal(o[1].ack.Stored) {
+		t.Errorf("two copies in flight: %+v, want one new, one duplicate, same stored time", o)
+	}
+	c, err := s.Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := nodes*per + 1; c.Results != want || c.CheckResults != 13*want {
+		t.Errorf("counts %+v, want %d results and %d check results", c, want, 13*want)
+	}
+	for n := range nodes {
+		name := fmt.Sprintf("n%02d", n)
+		sums, err := s.Summaries(ctx, name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := per
+		if n == 0 {
+			want++
+		}
+		for _, x := range sums {
+			if x.Pass != want {
+				t.Fatalf("%s %s: %d passes summarized, want %d", name, x.Check, x.Pass, want)
+			}
+		}
+		rows, err := s.Results(ctx, ResultQuery{Node: name, Check: "check.03", Limit: 1})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("%s: %v %v", name, rows, err)
+		}
+		if n != 0 && rows[0].ResultID != fmt.Sprintf("r-%02d-%d", n, per-1) {
+			t.Errorf("%s newest check.03 from %s, want the last result", name, rows[0].ResultID)
+		}
+		if rows[0].Check.Metrics["gpu3.x_c"] != 3 || len(rows[0].Check.Findings) != 0 {
+			t.Errorf("%s: stored check %+v", name, rows[0].Check)
+		}
+	}
+}
+
+// The writer skips unchanged inventories by remembering them; a join that
+// records an inventory behind its back makes it look again.
+func TestInventoryCacheFollowsJoins(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), nil)
+	defer s.Close()
+	ctx := context.Background()
+	a := &report.Inventory{DriverVersion: "535.161.08"}
+	b := &report.Inventory{DriverVersion: "550.54.15"}
+	t0 := time.Now()
+	step := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Second) }
+	if _, _, err := s.NodeJoined(ctx, Join{Node: "n1", Inventory: a, At: step(0), InitialState: "initializing"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, inv := range []*report.Inventory{a, a, a} {
+		if _, err := s.Ingest(ctx, fullResult(fmt.Sprintf("x%d", i), "n1", step(1+i), inv)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.NodeJoined(ctx, Join{Node: "n1", Inventory: b, At: step(5), InitialState: "initializing"}); err != nil {
+		t.Fatal(err)
+	}
+	// The same inventory as the writer last wrote, but not as the node's now.
+	if _, err := s.Ingest(ctx, fullResult("y", "n1", step(6), a)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Node(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Inventory.DriverVersion != a.DriverVersion {
+		t.Errorf("current inventory %q, want %q", n.Inventory.DriverVersion, a.DriverVersion)
+	}
+	h, err := s.InventoryHistory(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drivers []string
+	for _, r := range h {
+		drivers = append(drivers, r.Inventory.DriverVersion)
+	}
+	if fmt.Sprint(drivers) != "[535.161.08 550.54.15 535.161.08]" {
+		t.Errorf("history %v, want a, b, a", drivers)
+	}
+}
+
+// Every field of the inventory types changes the writer's fingerprint:
+// a field added to report.Inventory, GPU, HCA or Port and not to
+// inventorySum would let a changed inventory go unrecorded.
+func TestInventorySumCoversEveryField(t *testing.T) {
+	t.Parallel()
+	base := func() *report.Inventory {
+		return &report.Inventory{GPUs: []report.GPU{{}}, HCAs: []report.HCA{{Ports: []report.Port{{}}}}}
+	}
+	want := inventorySum(base())
+	// leaves calls visit on every scalar field, depth first.
+	var leaves func(v reflect.Value, path string, visit func(reflect.Value, string))
+	leaves = func(v reflect.Value, path string, visit func(reflect.Value, string)) {
+		switch v.Kind() {
+		case reflect.Struct:
+			for i := range v.NumField() {
+				leaves(v.Field(i), path+"."+v.Type().Field(i).Name, visit)
+			}
+		case reflect.Slice:
+			for i := range v.Len() {
+				leaves(v.Index(i), fmt.Sprintf("%s[%d]", path, i), visit)
+			}
+		default:
+			visit(v, path)
+		}
+	}
+	n := 0
+	leaves(reflect.ValueOf(base()).Elem(), "inventory", func(reflect.Value, string) { n++ })
+	if n < 20 {
+		t.Fatalf("found %d fields; the walk is broken", n)
+	}
+	for i := range n {
+		inv := base()
+		k := 0
+		leaves(reflect.ValueOf(inv).Elem(), "inventory", func(v reflect.Value, path string) {
+			defer func() { k++ }()
+			if k != i {
+				return
+			}
+			switch v.Kind() {
+			case reflect.String:
+				v.SetString("x")
+			case reflect.Int, reflect.Int32, reflect.Int64:
+				v.SetInt(7)
+			case reflect.Uint, reflect.Uint32, reflect.Uint64:
+				v.SetUint(7)
+			case reflect.Float64:
+				v.SetFloat(7)
+			default:
+				t.Fatalf("%s: a %s field; teach inventorySum and this test about it", path, v.Kind())
+			}
+			if inventorySum(inv) == want {
+				t.Errorf("%s does not change inventorySum", path)
+			}
+		})
+	}
+}
