@@ -22,8 +22,8 @@ import (
 type guardedHost struct {
 	h  host.Host
 	mu sync.Mutex
-	// inflight holds the read under way for each source and parameters
-	// (a run with other parameters is another read).
+	// inflight holds the read under way for each source (and, for the
+	// sources run parameters apply to, each set of parameters).
 	inflight map[string]*flight
 }
 
@@ -56,8 +56,11 @@ func (g *guardedHost) FS() fs.FS      { return g.h.FS() }
 
 func (g *guardedHost) Capture(ctx context.Context, src snapshot.Source) host.Capture {
 	key := string(src)
-	if p := host.ParamsFrom(ctx); len(p) > 0 {
-		key += "?" + p.Key()
+	if src == snapshot.SrcAllReduce || src == snapshot.SrcDCGMDiag {
+		// The sources run parameters apply to: other parameters, another run.
+		if p := host.ParamsFrom(ctx); len(p) > 0 {
+			key += "?" + p.Key()
+		}
 	}
 	g.mu.Lock()
 	f := g.inflight[key]

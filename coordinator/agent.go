@@ -50,7 +50,8 @@ func (e *streamError) Unwrap() error { return e.err }
 
 // Limits on one stream.
 const (
-	maxInFlight    = 64 // results being stored at once per stream
+	maxInFlight    = 64   // results being stored at once per stream
+	maxIngesting   = 2048 // results being stored at once in all (4 full store batches)
 	sendGrace      = 2 * time.Second
 	knownIDsWindow = 24 * time.Hour
 	knownIDsMax    = 1000
@@ -259,9 +260,19 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 				case <-sctx.Done():
 					continue
 				}
+				// And a slot of the whole coordinator's: a decoded result
+				// waiting for the store holds tens of KB, and ten thousand
+				// agents flushing their spools after an outage must wait in
+				// gRPC flow control, not in memory.
+				select {
+				case s.ingesting <- struct{}{}:
+				case <-sctx.Done():
+					<-sem
+					continue
+				}
 				inflight.Add(1)
 				go func(r *pb.Result) {
-					defer func() { <-sem; inflight.Done() }()
+					defer func() { <-s.ingesting; <-sem; inflight.Done() }()
 					sess.handleResult(r)
 				}(m.GetResult())
 			case m.GetActionStatus() != nil:

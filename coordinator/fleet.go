@@ -207,9 +207,9 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 	w.mu.Lock()
 	w.nudgeOnAccept = true
 	w.mu.Unlock()
-	run := func(role pb.MultiRole) *pb.CoordinatorMessage {
+	run := func(role pb.MultiRole, d time.Duration) *pb.CoordinatorMessage {
 		return &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunChecks{RunChecks: &pb.RunChecks{
-			WorkId: w.id, Checks: []string{check}, TimeoutMs: agentTimeout(timeout).Milliseconds(),
+			WorkId: w.id, Checks: []string{check}, TimeoutMs: d.Milliseconds(),
 			Role: role, Participants: nodes, MultiId: w.id,
 		}}}
 	}
@@ -222,7 +222,9 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 		}
 	}
 	for _, p := range peers {
-		if err := sendTo(p, run(pb.MultiRole_MULTI_ROLE_PEER)); err != nil {
+		// A peer holds its reservation past this call's end, so that the
+		// EndMulti sent when the call gives up reaches it first.
+		if err := sendTo(p, run(pb.MultiRole_MULTI_ROLE_PEER, timeout+peerMargin)); err != nil {
 			callOff(fmt.Sprintf("peer %s could not be asked", p.node))
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
@@ -239,7 +241,17 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 		}
 	}
 	launcher := sessions[0]
-	if err := sendTo(launcher, run(pb.MultiRole_MULTI_ROLE_LAUNCHER)); err != nil {
+	// The launcher has what is left of the call, less the margin that lets
+	// it report its own timeout first.
+	left := timeout
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	if left <= 0 {
+		callOff("the call's time ran out before the launch")
+		return nil, fmt.Errorf("%s: no time left to launch within %s: %w", what, timeout, campaign.ErrTimeout)
+	}
+	if err := sendTo(launcher, run(pb.MultiRole_MULTI_ROLE_LAUNCHER, agentTimeout(left))); err != nil {
 		callOff(fmt.Sprintf("launcher %s could not be asked", launcher.node))
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -345,6 +357,10 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 	}
 	return f.awaitAction(ctx, pa, sess, timeout)
 }
+
+// peerMargin is how much longer a multi-node peer stays reserved than the
+// call that asked it.
+const peerMargin = 30 * time.Second
 
 // maxActionReasonBytes bounds RunAction's reason, as the proto says.
 const maxActionReasonBytes = 256

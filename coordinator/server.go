@@ -85,6 +85,10 @@ type Server struct {
 	works *workTable
 	acts  *actionTable // RunAction calls waiting for their agent
 
+	// ingesting holds a token per result between its arrival and its ack,
+	// across all streams (maxIngesting).
+	ingesting chan struct{}
+
 	acked, duplicates, refused atomic.Uint64
 
 	refusalMu sync.Mutex
@@ -139,6 +143,8 @@ func New(cfg Config, opts Options) (*Server, error) {
 		acts:     newActionTable(),
 		refusals: make(map[string]time.Time),
 		stopping: make(chan struct{}),
+
+		ingesting: make(chan struct{}, maxIngesting),
 	}
 	s.mux.HandleFunc("/healthz", s.healthz)
 	return s, nil

@@ -399,7 +399,7 @@ type tap struct {
 	forgetKnown atomic.Bool
 
 	mu      sync.Mutex
-	sent    map[string]int // result id → times sent
+	sent    map[string]int  // result id → times sent
 	acked   map[string]int  // result id → acks received (refusals not counted)
 	dupAcks map[string]bool // result ids acked as duplicates
 	dropped int

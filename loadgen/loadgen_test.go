@@ -27,7 +27,7 @@ func fixture(t *testing.T) *Fixture {
 func TestFleetAgainstCoordinator(t *testing.T) {
 	t.Parallel()
 	srv, err := coordinator.New(coordinator.Config{Listen: "127.0.0.1:0", HTTPListen: "off", DataDir: t.TempDir(),
-		Insecure: true, HeartbeatInterval: 200 * time.Millisecond}, coordinator.Options{Logger: zerolog.Nop()})
+		Insecure: true, HeartbeatInterval: time.Second}, coordinator.Options{Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ type CLIOutcome struct {
 	TimedOut    int32  `json:"timed_out"`
 }
 
-// RunCLICheck runs `BIN check '' --checks LIST` against addr, as an
+// RunCLICheck runs `BIN check ” --checks LIST` against addr, as an
 // operator would, and times it from the start of the process to its exit.
 // Exit status 1 (a node did not pass) is an outcome, not an error.
 func RunCLICheck(ctx context.Context, bin, addr string, checks []string, timeout time.Duration) (time.Duration, CLIOutcome, error) {

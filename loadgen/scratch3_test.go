@@ -1,10 +1,12 @@
 package loadgen
 
 import (
+	"bufio"
 	"context"
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"strings"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -25,14 +27,29 @@ func TestScratchCoordCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop(context.Background())
-	f, _ := os.Create("/tmp/coordcpu.out")
-	pprof.StartCPUProfile(f)
-	defer func() { pprof.StopCPUProfile(); f.Close() }()
-	cmd := exec.Command("/tmp/lg", "-coordinator", srv.GRPCAddr().String(), "-coordinator-pid", "0", "-agents", "1000", "-settle", "1s",
+	cmd := exec.Command("/tmp/lg", "-coordinator", srv.GRPCAddr().String(), "-coordinator-pid", "0", "-agents", os.Getenv("SCRATCH_AGENTS"), "-settle", "1s",
+		"-initial-pass="+os.Getenv("SCRATCH_INITIAL"), "-connect-concurrency", "512",
 		"-check-runs", os.Getenv("SCRATCH_RUNS"), "-sustain", os.Getenv("SCRATCH_SUSTAIN"), "-window", "2", "-bundle", "../examples/bundles/h100-healthy")
 	cmd.Stderr = os.Stderr
-	cmd.Stdout = os.Stdout
-	if err := cmd.Run(); err != nil {
+	pr, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(pr)
+	var f *os.File
+	for sc.Scan() {
+		line := sc.Text()
+		os.Stdout.WriteString(line + "\n")
+		if f == nil && strings.Contains(line, "per idle agent") || f == nil && strings.Contains(line, "CPU while connecting") && os.Getenv("SCRATCH_INITIAL") == "false" {
+			f, _ = os.Create("/tmp/coordcpu.out")
+			pprof.StartCPUProfile(f)
+		}
+	}
+	if f != nil {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -23,7 +23,9 @@ func newLogWriter(l zerolog.Logger) logWriter {
 func (w logWriter) Write(p []byte) (int, error) {
 	for _, line := range bytes.Split(bytes.TrimRight(p, "\r\n"), []byte("\n")) {
 		level, msg := parseLogLine(line)
-		if len(msg) == 0 {
+		// memberlist logs every stream connection at debug; skip the
+		// allocation when the line would be dropped anyway.
+		if len(msg) == 0 || level < w.log.GetLevel() || level < zerolog.GlobalLevel() {
 			continue
 		}
 		w.log.WithLevel(level).Msg(string(msg))

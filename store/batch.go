@@ -195,15 +195,13 @@ func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
 	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
 	storedMS := stored.UnixMilli()
 
-	firstOf := make(map[string]int, len(batch))
+	unique := make(map[string]bool, len(batch))
 	ids := make([]any, 0, len(batch))
-	for i, req := range batch {
-		if j, ok := firstOf[req.r.ID]; ok {
-			req.dupOf = j
-			continue
+	for _, req := range batch {
+		if !unique[req.r.ID] {
+			unique[req.r.ID] = true
+			ids = append(ids, req.r.ID)
 		}
-		firstOf[req.r.ID] = i
-		ids = append(ids, req.r.ID)
 	}
 	known, err := storedResults(ctx, tx, ids)
 	if err != nil {
@@ -218,23 +216,35 @@ func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
 	checkRows, latest := make([]any, 0, 10*checks), make([]any, 0, 6*checks)
 	sums := make(map[summaryKey]*summaryVal, checks)
 	var fresh []*ingestReq
-	for _, req := range batch {
+	// An id belongs to the node that stored it first, in an earlier batch
+	// (known) or earlier in this one (inserting): a copy from that node is
+	// answered with the original ack, one from another node is a conflict.
+	inserting := make(map[string]int, len(batch))
+	for i, req := range batch {
 		r := &req.r
-		if req.dupOf >= 0 {
-			continue
-		}
+		owner := ""
 		if k, ok := known[r.ID]; ok {
-			if k.node != r.Node {
-				req.err = fmt.Errorf("%w: %s is %s's, not %s's", ErrIDConflict, r.ID, k.node, r.Node)
+			owner = k.node
+			if owner == r.Node {
+				req.ack = Ack{ResultID: r.ID, Duplicate: true, Stored: fromMS(k.stored)}
 				continue
 			}
-			req.ack = Ack{ResultID: r.ID, Duplicate: true, Stored: fromMS(k.stored)}
+		} else if j, ok := inserting[r.ID]; ok {
+			owner = batch[j].r.Node
+			if owner == r.Node {
+				req.dupOf = j
+				continue
+			}
+		}
+		if owner != "" {
+			req.err = fmt.Errorf("%w: %s is %s's, not %s's", ErrIDConflict, r.ID, owner, r.Node)
 			continue
 		}
+		inserting[r.ID] = i
 		finished := ms(r.Finished)
 		results = append(results, r.ID, r.Node, r.WorkID, ms(r.Started), finished, string(r.Status), boolInt(r.Full), storedMS)
-		for i := range r.Checks {
-			c, pc := &r.Checks[i], &req.prep.checks[i]
+		for k := range r.Checks {
+			c, pc := &r.Checks[k], &req.prep.checks[k]
 			checkRows = append(checkRows, r.ID, r.Node, c.Name, string(c.Status), pc.reason, pc.findings, pc.metrics,
 				pc.duration, finished, storedMS)
 			latest = append(latest, r.Node, c.Name, string(c.Status), pc.detail, r.ID, finished)

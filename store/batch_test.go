@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -245,6 +246,59 @@ func TestInventorySumCoversEveryField(t *testing.T) {
 			}
 			if inventorySum(inv) == want {
 				t.Errorf("%s does not change inventorySum", path)
+			}
+		})
+	}
+}
+
+// Copies of one id in one batch: the first sender owns it; a copy from the
+// owner is a duplicate of it, one from another node a conflict, whatever
+// the order.
+func TestSameIDTwiceInOneBatch(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		senders []string
+		want    []string // "new", "dup" or "conflict", per sender
+	}{
+		{[]string{"n1", "n2", "n1"}, []string{"new", "conflict", "dup"}},
+		{[]string{"n2", "n1", "n1"}, []string{"new", "conflict", "conflict"}},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.senders), func(t *testing.T) {
+			t.Parallel()
+			// A long linger puts the three in one transaction.
+			s := open(t, t.TempDir(), func(o *Options) { o.BatchDelay = 500 * time.Millisecond })
+			defer s.Close()
+			got := make([]string, len(tc.senders))
+			var wg sync.WaitGroup
+			for i, node := range tc.senders {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					time.Sleep(time.Duration(i) * 40 * time.Millisecond) // arrive in order
+					a, err := s.Ingest(context.Background(), fullResult("same", node, time.Now(), nil))
+					switch {
+					case errors.Is(err, ErrIDConflict):
+						got[i] = "conflict"
+					case err != nil:
+						got[i] = err.Error()
+					case a.Duplicate:
+						got[i] = "dup"
+					default:
+						got[i] = "new"
+					}
+				}()
+			}
+			wg.Wait()
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+			if st := s.Stats(); st.Batches != 1 {
+				t.Logf("%d batches: the case did not land in one transaction", st.Batches)
+			}
+			r, err := s.Result(context.Background(), "same")
+			if err != nil || r.Node != tc.senders[0] {
+				t.Errorf("stored %+v %v, want it %s's", r, err, tc.senders[0])
 			}
 		})
 	}

@@ -7,7 +7,6 @@
 package wire
 
 import (
-	"maps"
 	"time"
 
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -124,7 +123,9 @@ func CheckToProto(c report.CheckResult) *pb.CheckResult {
 
 // CheckFromProto converts one check result. Findings are never nil (the
 // report's JSON says [] for none); metrics are nil when there are none,
-// otherwise a copy the caller owns.
+// otherwise the message's own map, not a copy: a result carries hundreds
+// of metrics, a coordinator converts thousands of results a second, and the
+// message is dropped once converted. Copy it before changing either.
 func CheckFromProto(c *pb.CheckResult) report.CheckResult {
 	out := report.CheckResult{
 		Name:       c.GetName(),
@@ -137,7 +138,7 @@ func CheckFromProto(c *pb.CheckResult) report.CheckResult {
 		out.Findings = append(out.Findings, FindingFromProto(f))
 	}
 	if len(c.GetMetrics()) > 0 {
-		out.Metrics = maps.Clone(c.GetMetrics())
+		out.Metrics = c.GetMetrics()
 	}
 	return out
 }

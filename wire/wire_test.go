@@ -170,12 +170,19 @@ func TestTimes(t *testing.T) {
 	}
 }
 
-func TestCheckFromProtoOwnsItsMetrics(t *testing.T) {
+func TestCheckFromProtoSharesMetrics(t *testing.T) {
 	t.Parallel()
 	p := &pb.CheckResult{Name: "gpu.thermal", Status: "pass", Metrics: map[string]float64{"gpu0.temp_c": 41}}
 	c := CheckFromProto(p)
-	p.Metrics["gpu0.temp_c"] = 99
-	if c.Metrics["gpu0.temp_c"] != 41 {
-		t.Error("the converted check shares its metrics map with the message")
+	if c.Metrics["gpu0.temp_c"] != 41 || len(c.Metrics) != 1 {
+		t.Fatalf("metrics %v", c.Metrics)
+	}
+	// Shared, not copied (documented): converting must not cost a map per check.
+	p.Metrics["gpu0.temp_c"] = 42
+	if c.Metrics["gpu0.temp_c"] != 42 {
+		t.Error("metrics were copied")
+	}
+	if c := CheckFromProto(&pb.CheckResult{Name: "x", Status: "pass", Metrics: map[string]float64{}}); c.Metrics != nil {
+		t.Errorf("empty metrics: %v, want nil", c.Metrics)
 	}
 }
