@@ -1,6 +1,9 @@
 package membership
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+)
 
 // State is a member's gossip state as this Pool last saw it.
 //
@@ -35,6 +38,13 @@ type Member struct {
 	Addr  string // advertised "ip:port"
 	Meta  Meta   // zero when the member's meta could not be decoded (logged)
 	State State
+}
+
+// clone gives callers their own label map, so that none can change what
+// the Pool or another caller holds.
+func (m Member) clone() Member {
+	m.Meta.Labels = maps.Clone(m.Meta.Labels)
+	return m
 }
 
 // Events receives membership changes. A Pool calls it from one goroutine,

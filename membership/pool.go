@@ -197,14 +197,14 @@ func (p *Pool) observe(kind eventKind, n *memberlist.Node) {
 		}
 		p.log.Debug().Str("node", m.Name).Str("addr", m.Addr).Msg("member updated")
 	}
-	p.events.push(event{kind: kind, member: m})
+	p.events.push(event{kind: kind, member: m.clone()})
 }
 
 // LocalMember returns this member as the pool sees it.
 func (p *Pool) LocalMember() Member {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.members[p.cfg.NodeName].Member
+	return p.members[p.cfg.NodeName].clone()
 }
 
 // Member returns one member by name, including dead and left ones still
@@ -213,7 +213,7 @@ func (p *Pool) Member(name string) (Member, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r, ok := p.members[name]
-	return r.Member, ok
+	return r.clone(), ok
 }
 
 // Members returns every member known, sorted by name: this one, the alive
@@ -222,7 +222,7 @@ func (p *Pool) Members() []Member {
 	p.mu.Lock()
 	out := make([]Member, 0, len(p.members))
 	for _, r := range p.members {
-		out = append(out, r.Member)
+		out = append(out, r.clone())
 	}
 	p.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
