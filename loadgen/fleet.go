@@ -37,9 +37,6 @@ type Config struct {
 	// The real agent allows 32, but sends that many only after an outage;
 	// a thousand agents doing it at once would measure a flood, not a rate.
 	Window int
-	// InitialPass makes every agent send one full result right after its
-	// welcome, as a real agent's first scheduled pass does.
-	InitialPass bool
 	// Fixture is the report every agent replays.
 	Fixture *Fixture
 	Logger  zerolog.Logger
@@ -131,9 +128,9 @@ type workAcks struct {
 	last time.Time
 }
 
-// Start connects every agent and returns once each has its welcome (and,
-// with InitialPass, its first result acked). Agents that could not connect
-// make it fail; Close releases what was opened either way.
+// Start connects every agent and returns once each has its welcome. Agents
+// that could not connect make it fail; Close releases what was opened
+// either way.
 func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -168,9 +165,6 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 			defer func() { <-sem; wg.Done() }()
 			name := fmt.Sprintf("%s-%05d", cfg.Prefix, i)
 			s, err := f.connect(cctx, f.conns[i/cfg.AgentsPerConn], name, i)
-			if err == nil && cfg.InitialPass {
-				_, err = s.sendResult(f.fx.all, "", false)
-			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -188,13 +182,28 @@ func Start(ctx context.Context, cfg Config) (*Fleet, error) {
 		f.Close()
 		return nil, fmt.Errorf("loadgen: %d of %d agents failed to connect; first: %w", len(errs), cfg.Agents, errs[0])
 	}
-	if cfg.InitialPass {
-		if err := f.waitAcked(cctx, int64(cfg.Agents)); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
 	return f, nil
+}
+
+// PassAll has every agent send one full result, as its first scheduled
+// pass would, and waits until all are answered.
+func (f *Fleet) PassAll(ctx context.Context) error {
+	want := f.sent.Load() + int64(len(f.agents))
+	var wg sync.WaitGroup
+	errs := make(chan error, len(f.agents))
+	for _, s := range f.agents {
+		wg.Go(func() {
+			if _, err := s.sendResult(f.fx.all, "", false); err != nil {
+				errs <- fmt.Errorf("%s: %w", s.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return fmt.Errorf("loadgen: first pass: %w", err)
+	}
+	return f.waitAcked(ctx, want)
 }
 
 // settled counts the results answered: acked, duplicates and refusals.

@@ -41,11 +41,14 @@ func TestFleetAgainstCoordinator(t *testing.T) {
 	fx := fixture(t)
 
 	const n = 12
-	fleet, err := Start(ctx, Config{Addr: addr, Agents: n, AgentsPerConn: 4, Window: 2, InitialPass: true, Fixture: fx, Logger: zerolog.Nop()})
+	fleet, err := Start(ctx, Config{Addr: addr, Agents: n, AgentsPerConn: 4, Window: 2, Fixture: fx, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
+	if err := fleet.PassAll(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if c := fleet.Counters(); c.Acked != n || c.CheckResults != int64(n*len(fx.Checks())) {
 		t.Errorf("after connecting: %+v, want %d results acked", c, n)
 	}

@@ -155,9 +155,8 @@ func prepareInventory(inv *report.Inventory) (*preparedInventory, error) {
 // invCache remembers, per node, the inventory last written to nodes and
 // the hash of its newest history row, so that an unchanged inventory costs
 // no statement. It is right only while every write of a node's inventory
-// goes through it: the writer holds mu from before its transaction until it
-// has recorded what that transaction committed, and any other writer of a
-// node's inventory (NodeJoined) forgets the node under mu after committing.
+// goes through it: the writer (commitTx) and NodeJoined hold mu from before
+// their transaction until they have recorded what it committed.
 type invCache struct {
 	mu sync.Mutex
 	m  map[string]invSeen
@@ -166,13 +165,6 @@ type invCache struct {
 type invSeen struct {
 	sum  [16]byte // inventorySum of the inventory in nodes
 	hist string   // hash of the newest inventory_history row
-}
-
-// forget drops what is known of a node's inventory.
-func (c *invCache) forget(node string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, node)
 }
 
 // storedRow is an already stored result's owner and stored time.

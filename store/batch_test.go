@@ -303,3 +303,38 @@ func TestSameIDTwiceInOneBatch(t *testing.T) {
 		})
 	}
 }
+
+// A new node's join returns the node without reading it back: it must be
+// what a read gives.
+func TestNodeJoinedReturnsWhatIsStored(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), nil)
+	defer s.Close()
+	ctx := context.Background()
+	inv := &report.Inventory{DriverVersion: "535.161.08", GPUs: []report.GPU{{Index: 0, Serial: "S0", MemoryTotalMiB: 81559}},
+		HCAs: []report.HCA{{Name: "mlx5_0", Ports: []report.Port{{Port: 1, State: "ACTIVE", RateGbps: 400}}}}}
+	for _, j := range []Join{
+		{Node: "a", Labels: map[string]string{"sku": "h100"}, Inventory: inv, AgentVersion: "1.2.3", ProtocolVersion: "1.1",
+			At: time.Now(), InitialState: "initializing", InitialReason: "waiting"},
+		{Node: "b"},
+	} {
+		got, existed, err := s.NodeJoined(ctx, j)
+		if err != nil || existed {
+			t.Fatalf("%s: %v %v", j.Node, existed, err)
+		}
+		want, err := s.Node(ctx, j.Node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: join returned\n%+v\nthe store holds\n%+v", j.Node, got, want)
+		}
+	}
+	// Joining again with the same inventory adds no history.
+	if _, _, err := s.NodeJoined(ctx, Join{Node: "a", Inventory: inv, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := s.InventoryHistory(ctx, "a"); err != nil || len(h) != 1 {
+		t.Errorf("history after a rejoin: %d rows, %v", len(h), err)
+	}
+}

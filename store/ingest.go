@@ -368,22 +368,6 @@ func inventoryHash(inv *report.Inventory) (string, error) {
 	return hex.EncodeToString(sum[:16]), nil
 }
 
-// recordInventory sets the node's current inventory and appends a history
-// row when its identity changed since the last row (NodeJoined; the writer
-// goes through writeInventories).
-func recordInventory(ctx context.Context, tx *sql.Tx, node string, inv *report.Inventory, at int64) error {
-	p, err := prepareInventory(inv)
-	if err != nil {
-		return fmt.Errorf("inventory of %s: %w", node, err)
-	}
-	last, err := lastInventoryHash(ctx, tx, node)
-	if err != nil {
-		return err
-	}
-	_, err = writeInventory(ctx, tx, node, p, at, last)
-	return err
-}
-
 // insertInventory appends a history row for inv, changed or not (the schema
 // migration seeds each node's history with it).
 func insertInventory(ctx context.Context, tx *sql.Tx, node string, inv *report.Inventory, at int64) error {

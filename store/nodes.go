@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -70,11 +71,26 @@ type Join struct {
 // history), connected. It returns the node as stored afterwards and whether
 // it was known before.
 func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
-	labels, err := json.Marshal(nonNilLabels(j.Labels))
+	labels := nonNilLabels(j.Labels)
+	lj, err := json.Marshal(labels)
 	if err != nil {
 		return Node{}, false, fmt.Errorf("node %s joined: labels: %w", j.Node, err)
 	}
 	at := ms(j.At)
+	// The inventory goes through the writer's cache (invCache): a fleet
+	// reconnecting after a restart brings the inventories already stored,
+	// and writes none of them again.
+	var sum [16]byte
+	if j.Inventory != nil {
+		sum = inventorySum(j.Inventory)
+	}
+	s.inv.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			s.inv.mu.Unlock()
+		}
+	}()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
@@ -89,19 +105,34 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 	if existed {
 		_, err = tx.ExecContext(ctx, `UPDATE nodes SET labels = ?, agent_version = ?, protocol_version = ?,
 			connected = 1, last_seen = ? WHERE name = ?`,
-			string(labels), j.AgentVersion, j.ProtocolVersion, at, j.Node)
+			string(lj), j.AgentVersion, j.ProtocolVersion, at, j.Node)
 	} else {
 		_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, labels, state, state_reason, state_since,
 			first_seen, last_seen, agent_version, protocol_version, connected)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
-			j.Node, string(labels), j.InitialState, j.InitialReason, at, at, at, j.AgentVersion, j.ProtocolVersion)
+			j.Node, string(lj), j.InitialState, j.InitialReason, at, at, at, j.AgentVersion, j.ProtocolVersion)
 	}
 	if err != nil {
 		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
 	}
+	var seen *invSeen
 	if j.Inventory != nil {
-		if err := recordInventory(ctx, tx, j.Node, j.Inventory, at); err != nil {
-			return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+		cur, ok := s.inv.m[j.Node]
+		if !ok || cur.sum != sum {
+			if !ok {
+				if cur.hist, err = lastInventoryHash(ctx, tx, j.Node); err != nil {
+					return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+				}
+			}
+			p, err := prepareInventory(j.Inventory)
+			if err != nil {
+				return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+			}
+			hist, err := writeInventory(ctx, tx, j.Node, p, at, cur.hist)
+			if err != nil {
+				return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+			}
+			seen = &invSeen{sum: sum, hist: hist}
 		}
 	}
 	if !existed && j.FirstEvent != nil {
@@ -117,9 +148,24 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 	if err := tx.Commit(); err != nil {
 		return Node{}, false, fmt.Errorf("node %s joined: commit: %w", j.Node, err)
 	}
-	if j.Inventory != nil {
-		// Written past the writer's cache: it must read the node again.
-		s.inv.forget(j.Node)
+	if seen != nil {
+		if s.inv.m == nil {
+			s.inv.m = map[string]invSeen{}
+		}
+		s.inv.m[j.Node] = *seen
+	}
+	s.inv.mu.Unlock()
+	locked = false
+	if !existed {
+		// Just written, whole: no need to read it back (a join storm of a
+		// new fleet is thousands of these).
+		n := Node{Name: j.Node, Labels: maps.Clone(labels), State: j.InitialState, StateReason: j.InitialReason,
+			StateSince: fromMS(at), FirstSeen: fromMS(at), LastSeen: fromMS(at),
+			AgentVersion: j.AgentVersion, ProtocolVersion: j.ProtocolVersion, Connected: true}
+		if j.Inventory != nil {
+			n.Inventory = *j.Inventory
+		}
+		return n, false, nil
 	}
 	n, err := s.Node(ctx, j.Node)
 	return n, existed, err

@@ -61,8 +61,8 @@ func main() {
 	flag.IntVar(&o.perConn, "agents-per-conn", 1, "agent streams per connection (1: one connection each, as in a real fleet)")
 	flag.IntVar(&o.concurrency, "connect-concurrency", 256, "hellos in flight at once while connecting")
 	flag.StringVar(&o.bundle, "bundle", "examples/bundles/h100-healthy", "the bundle whose report every agent replays")
-	flag.BoolVar(&o.initialPass, "initial-pass", true, "each agent sends one full result after its welcome, as a real agent's first pass")
-	flag.DurationVar(&o.settle, "settle", 5*time.Second, "wait after connecting before reading the coordinator's idle memory")
+	flag.BoolVar(&o.initialPass, "first-pass", true, "after the idle reading, every agent sends one full result, as a real agent's first pass")
+	flag.DurationVar(&o.settle, "settle", 5*time.Second, "wait after connecting before reading the coordinator's idle memory (half of it after the first pass)")
 	flag.IntVar(&o.checkRuns, "check-runs", 3, "fleet-wide checks to time")
 	flag.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Minute, "the fleet-wide check's timeout")
 	flag.StringVar(&o.cli, "cli", "", "a fleetcheck binary: also time one `fleetcheck check` run through it")
@@ -208,7 +208,7 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	start = time.Now()
 	fleet, err := loadgen.Start(ctx, loadgen.Config{
 		Addr: o.addr, Agents: o.agents, AgentsPerConn: o.perConn, ConnectConcurrency: o.concurrency,
-		Window: o.window, InitialPass: o.initialPass, Fixture: fx, Logger: log,
+		Window: o.window, Fixture: fx, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -216,11 +216,7 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	defer fleet.Close()
 	connect := time.Since(start)
 	p1 := read()
-	what := "connect: hello → welcome"
-	if o.initialPass {
-		what += ", first result stored"
-	}
-	tab.row(what, fmt.Sprintf("%.2f s", connect.Seconds()), "", "")
+	tab.row("connect: hello → welcome, every agent", fmt.Sprintf("%.2f s", connect.Seconds()), "", "")
 	tab.row("CPU while connecting", usage(p0, p1), "", "")
 
 	log.Info().Dur("connect", connect).Dur("settle", o.settle).Msg("connected; settling")
@@ -236,12 +232,33 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	if o.pid != 0 {
 		perKiB := float64(idle.coord.RSSKiB-p0.coord.RSSKiB) / float64(o.agents)
 		tab.row("coordinator RSS with 0 agents", mib(p0.coord.RSSKiB), "", "")
-		tab.row(fmt.Sprintf("coordinator RSS with %d idle agents", o.agents), mib(idle.coord.RSSKiB), "", "")
+		tab.row(fmt.Sprintf("coordinator RSS with %d idle agents (connected, heartbeating)", o.agents), mib(idle.coord.RSSKiB), "", "")
 		target, ok := "", ""
 		if o.targetKiB > 0 {
 			target, ok = fmt.Sprintf("< %.0f KB", o.targetKiB), verdict(perKiB < o.targetKiB)
 		}
 		tab.row("coordinator memory per idle agent", fmt.Sprintf("%.1f KB", perKiB), target, ok)
+	}
+	if o.initialPass {
+		// What a real fleet does next: every agent's first scheduled pass.
+		before := read()
+		if err := fleet.PassAll(ctx); err != nil {
+			return err
+		}
+		after := read()
+		tab.row("first pass: every agent's first full result stored", fmt.Sprintf("%.2f s", after.at.Sub(before.at).Seconds()), "", "")
+		tab.row("CPU during the first pass", usage(before, after), "", "")
+		select {
+		case <-time.After(o.settle / 2):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if o.pid != 0 {
+			warm := read()
+			tab.row(fmt.Sprintf("coordinator RSS after the first pass (%d results stored)", o.agents), mib(warm.coord.RSSKiB), "", "")
+			tab.row("coordinator memory per agent after the first pass (heap kept from the burst, store cache)",
+				fmt.Sprintf("%.1f KB", float64(warm.coord.RSSKiB-p0.coord.RSSKiB)/float64(o.agents)), "", "")
+		}
 	}
 	if o.heapProfile != "" {
 		if err := writeHeap(o.heapProfile); err != nil {
@@ -296,6 +313,7 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	}
 
 	if o.sustain > 0 {
+		checksBefore := fleet.Counters().CheckResults
 		before := read()
 		st, err := fleet.Sustain(ctx, o.sustain)
 		if err != nil {
@@ -312,6 +330,11 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 		tab.row(fmt.Sprintf("sustained check results stored /s (%d checks per result, window %d, %s)", len(names), o.window, o.sustain),
 			fmt.Sprintf("%.0f /s (%.0f results/s)", rate, float64(st.Results)/st.Elapsed.Seconds()), target, ok)
 		tab.row("CPU while sustaining (and draining)", usage(before, after), "", "")
+		if o.pid != 0 && st.CheckResults > 0 {
+			c := fleet.Counters()
+			per := (after.coord.CPU - before.coord.CPU).Seconds() / float64(c.CheckResults-checksBefore)
+			tab.row("coordinator CPU per check result stored", fmt.Sprintf("%.0f µs", per*1e6), "", "")
+		}
 		if o.pid != 0 {
 			tab.row("coordinator RSS after sustaining", mib(after.coord.RSSKiB), "", "")
 		}
