@@ -24,8 +24,9 @@ test: ## run the test suite with the race detector (no GPU, network or root need
 test-short: ## tests without the race detector
 	$(GO) test -count=1 ./...
 
-bench: ## benchmarks: analyze of an 8-GPU bundle and each parser
-	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/...
+bench: ## benchmarks: analyze of an 8-GPU bundle, each parser, ingest; campaigns once each on the virtual clock
+	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/... ./sim/ ./coordinator/
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./sweep/ ./rollout/ ./burnin/ ./drill/
 
 demo: build ## the main job on the embedded default: a coordinator and 16 simulated nodes, faults, a fleet check
 	./$(BIN) demo

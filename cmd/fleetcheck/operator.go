@@ -22,6 +22,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // Environment defaults of the operator's flags.
@@ -254,16 +255,6 @@ type storedJSON struct {
 	Check    report.CheckResult `json:"check"`
 }
 
-func checkFromPB(c *pb.CheckResult) report.CheckResult {
-	out := report.CheckResult{Name: c.GetName(), Status: report.Status(c.GetStatus()), DurationMS: c.GetDurationMs(),
-		Reason: c.GetReason(), Findings: []report.Finding{}, Metrics: c.GetMetrics()}
-	for _, x := range c.GetFindings() {
-		out.Findings = append(out.Findings, report.Finding{Severity: report.Severity(x.GetSeverity()), Component: x.GetComponent(),
-			PCIBusID: x.GetPciBusId(), Code: x.GetCode(), Message: x.GetMessage(), Action: report.Action(x.GetAction())})
-	}
-	return out
-}
-
 func newResultsCmd() *cobra.Command {
 	var f opFlags
 	var node, check string
@@ -295,14 +286,14 @@ func newResultsCmd() *cobra.Command {
 				rows := make([]storedJSON, 0, len(resp.Results))
 				for _, r := range resp.Results {
 					rows = append(rows, storedJSON{ResultID: r.ResultId, Node: r.Node, WorkID: r.WorkId,
-						Finished: jsonTime(r.FinishedUnixMs), Check: checkFromPB(r.Check)})
+						Finished: jsonTime(r.FinishedUnixMs), Check: wire.CheckFromProto(r.Check)})
 				}
 				return writeJSON(out, map[string]any{"results": rows})
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "FINISHED\tCHECK\tSTATUS\tDURATION\tDETAIL\tRESULT")
 			for _, r := range resp.Results {
-				ch := checkFromPB(r.Check)
+				ch := wire.CheckFromProto(r.Check)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fms\t%s\t%s\n", fmtTime(r.FinishedUnixMs), ch.Name, ch.Status,
 					ch.DurationMS, orDash(resultDetail(ch)), r.ResultId)
 			}
