@@ -139,12 +139,14 @@ func (a *Agent) startMulti(w *workItem, rc *fleetcheckv1.RunChecks, timeout time
 		return
 	}
 	p := &peerRun{multiID: rc.GetMultiId(), workID: w.id, launcher: rc.GetParticipants()[0], holder: holder}
+	// The timer is set under the lock that publishes p: endPeer (from the
+	// timer itself or an EndMulti) reads it under the same lock.
 	a.mu.Lock()
 	a.peers[p.multiID] = p
-	a.mu.Unlock()
 	p.timer = time.AfterFunc(timeout, func() {
 		a.endPeer(p.multiID, nil, report.Error, fmt.Sprintf("no end of multi-node run %s from the coordinator within %s", p.multiID, timeout))
 	})
+	a.mu.Unlock()
 }
 
 // runLauncher launches the run through the host, judges its output with
@@ -212,13 +214,14 @@ func (a *Agent) endPeer(multiID string, em *fleetcheckv1.EndMulti, status report
 		return
 	}
 	delete(a.peers, multiID)
+	timer := p.timer
 	w := a.work[p.workID]
 	var inv report.Inventory
 	if a.inventory != nil {
 		inv = *a.inventory
 	}
 	a.mu.Unlock()
-	p.timer.Stop()
+	timer.Stop()
 
 	now := time.Now()
 	var cr report.CheckResult
