@@ -120,6 +120,9 @@ type Agent struct {
 	multi   host.MultiNodeRunner
 	reverts *revertKeeper
 	kick    chan struct{} // asks the schedule for a pass now
+	// gossip is nil when gossip is off or failed to start. Set in Run
+	// before the goroutines that read it start; never changed after.
+	gossip *gossip
 
 	mu        sync.Mutex
 	state     *checks.State
@@ -245,7 +248,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info().Str("coordinator", a.cfg.Coordinator).Strs("enabled_checks", a.enabledNames).
 		Dur("interval", time.Duration(a.cfg.Interval)).Int("spooled", sp.Len()).Msg("agent starting")
 
+	a.startGossip()
+
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-ctx.Done()
+		a.stopGossip()
+	})
 	wg.Go(func() { a.schedule(ctx) })
 	wg.Go(func() { a.connectLoop(ctx) })
 	wg.Go(func() { a.reverts.loop(ctx) })

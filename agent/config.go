@@ -20,6 +20,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/checks/registry"
 	"github.com/fleetcheck/fleetcheck/compat"
 	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/membership"
 	"github.com/fleetcheck/fleetcheck/pki"
 )
 
@@ -77,6 +78,11 @@ type Config struct {
 	// MultiNode, when set, lets this node launch and join multi-node
 	// all_reduce_perf runs; see MultiNodeConfig.
 	MultiNode *MultiNodeConfig `yaml:"multi_node"`
+
+	// Gossip, when its bind is set, joins the fleet's gossip pool so that
+	// the coordinator learns within seconds that this node stopped
+	// answering; a liveness hint only (docs/agent.md, "Gossip").
+	Gossip *membership.FileConfig `yaml:"gossip"`
 
 	// Checks is the checks' configuration: expectations and limits.
 	Checks config.Config `yaml:"checks"`
@@ -300,8 +306,9 @@ func ParseConfig(data []byte) (*Config, error) {
 }
 
 // LoadConfig reads an agent config file. Relative paths in it (state_dir,
-// activity_file, tls files, checks.matrix_file) are taken relative to the
-// file's directory, and the compatibility matrix is loaded.
+// activity_file, tls files, checks.matrix_file, gossip.keyring_file) are
+// taken relative to the file's directory, the compatibility matrix is
+// loaded and the gossip keyring checked.
 func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -323,6 +330,13 @@ func LoadConfig(path string) (*Config, error) {
 			return nil, fmt.Errorf("%s: checks.matrix_file: %w", path, err)
 		}
 		c.Checks.Matrix = m
+	}
+	c.Gossip.Resolve(base)
+	if c.Gossip.Enabled() && c.Gossip.KeyringFile != "" {
+		// Validate could not read it: the path was not resolved yet.
+		if _, err := c.gossipConfig("", nil); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	return c, nil
 }
@@ -421,6 +435,13 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateActions(); err != nil {
 		return err
+	}
+	if c.Gossip.Enabled() {
+		// An empty keyring: the file is read by LoadConfig, once its path
+		// is resolved, and by Run.
+		if _, err := c.gossipConfig("", [][]byte{}); err != nil {
+			return err
+		}
 	}
 	if err := c.Checks.Validate(); err != nil {
 		return fmt.Errorf("%w: checks: %w", ErrInvalid, err)

@@ -127,6 +127,7 @@ type fakeCoord struct {
 	silent     bool   // send nothing after the welcome
 	refuseRes  string // non-empty: refuse every result with this reason
 	noWelcome  bool   // take the hello and never answer
+	gossipAddr string // announced in the welcome
 	known      []string
 	connects   int
 	connectAt  []time.Time
@@ -137,6 +138,7 @@ type fakeCoord struct {
 	events     []string // arrival order: "result:ID", "status:WORK:STATE:RESULT"
 	statuses   []*fleetcheckv1.WorkStatus
 	actions    []*fleetcheckv1.ActionStatus
+	gossipKeys []*fleetcheckv1.GossipKeyStatus
 	heartbeats int
 	conn       *coordConn
 }
@@ -167,6 +169,7 @@ func (c *fakeCoord) Connect(st grpc.BidiStreamingServer[fleetcheckv1.AgentMessag
 	c.mu.Lock()
 	c.hellos = append(c.hellos, h)
 	known := c.known
+	gossipAddr := c.gossipAddr
 	c.mu.Unlock()
 	if refuse != "" {
 		return status.Error(codes.FailedPrecondition, refuse)
@@ -177,6 +180,7 @@ func (c *fakeCoord) Connect(st grpc.BidiStreamingServer[fleetcheckv1.AgentMessag
 	}
 	if err := st.Send(&fleetcheckv1.CoordinatorMessage{Msg: &fleetcheckv1.CoordinatorMessage_Welcome{Welcome: &fleetcheckv1.Welcome{
 		CoordinatorVersion: "test", ProtocolVersion: "1.0", KnownResultIds: known, HeartbeatIntervalMs: c.heartbeatMs,
+		GossipAddr: gossipAddr,
 	}}}); err != nil {
 		return err
 	}
@@ -277,6 +281,8 @@ func (c *fakeCoord) handle(m *fleetcheckv1.AgentMessage) *fleetcheckv1.Coordinat
 		c.events = append(c.events, fmt.Sprintf("status:%s:%s:%s", ws.GetWorkId(), ws.GetState(), ws.GetResultId()))
 	case *fleetcheckv1.AgentMessage_ActionStatus:
 		c.actions = append(c.actions, x.ActionStatus)
+	case *fleetcheckv1.AgentMessage_GossipKeyStatus:
+		c.gossipKeys = append(c.gossipKeys, x.GossipKeyStatus)
 	case *fleetcheckv1.AgentMessage_Heartbeat:
 		c.heartbeats++
 	}
@@ -387,6 +393,7 @@ type recMetrics struct {
 	dupAcks    int
 	refused    int
 	work       map[string]int
+	gossip     [3]int // alive, dead, left
 }
 
 func (m *recMetrics) PassDone(workID string, _ *report.Report, _ time.Duration) {
@@ -434,6 +441,12 @@ func (m *recMetrics) Work(outcome string) {
 		m.work = map[string]int{}
 	}
 	m.work[outcome]++
+}
+
+func (m *recMetrics) GossipMembers(alive, dead, left int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gossip = [3]int{alive, dead, left}
 }
 
 func (m *recMetrics) read(f func(m *recMetrics)) {

@@ -26,6 +26,14 @@ type Metrics interface {
 	Work(outcome string)
 }
 
+// GossipMetrics is optional for a Metrics: one that implements it is told
+// how many members the agent's gossip pool holds in each state, itself
+// included (fleetcheck_agent_gossip_members{state}). Called from the pool's
+// event goroutine, one call at a time.
+type GossipMetrics interface {
+	GossipMembers(alive, dead, left int)
+}
+
 type nopMetrics struct{}
 
 func (nopMetrics) PassDone(string, *report.Report, time.Duration) {}

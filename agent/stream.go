@@ -148,6 +148,7 @@ func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
 	}
 	a.log.Info().Str("coordinator_version", w.GetCoordinatorVersion()).Str("protocol_version", w.GetProtocolVersion()).
 		Dur("heartbeat", s.every).Int("spooled", a.spool.Len()).Int("already_stored", known).Msg("connected to coordinator")
+	a.gossipWelcome(w.GetGossipAddr())
 	a.o.metrics.Connected(true)
 	defer a.o.metrics.Connected(false)
 	a.o.metrics.Spool(a.spool.Len(), a.spool.Bytes(), 0)
@@ -209,6 +210,7 @@ func (a *Agent) hello(ctx context.Context) *fleetcheckv1.Hello {
 		Activity:        activityToProto(a.activity(ctx)),
 		EnabledActions:  a.cfg.actionNames(),
 		MultiNode:       a.cfg.MultiNode != nil,
+		GossipAddr:      a.gossipAddr(),
 	}
 }
 
@@ -343,6 +345,8 @@ func (s *session) recvLoop(ctx context.Context) error {
 			s.a.onRunAction(ctx, s, x.RunAction)
 		case *fleetcheckv1.CoordinatorMessage_EndMulti:
 			s.a.onEndMulti(x.EndMulti)
+		case *fleetcheckv1.CoordinatorMessage_GossipKey:
+			s.enqueue(s.a.onGossipKey(x.GossipKey))
 		case *fleetcheckv1.CoordinatorMessage_Heartbeat:
 		case *fleetcheckv1.CoordinatorMessage_Welcome:
 			s.log.Warn().Msg("ignoring a second welcome")

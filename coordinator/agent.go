@@ -85,6 +85,9 @@ type session struct {
 	protocol  string
 	actions   []string
 	multiNode bool
+	// gossip is the agent's gossip address, "" when its gossip is off
+	// (protocol 1.2).
+	gossip string
 }
 
 func (x *session) end(cause error) { x.cancel(cause) }
@@ -229,6 +232,7 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 		protocol:  hello.GetProtocolVersion(),
 		actions:   hello.GetEnabledActions(),
 		multiNode: hello.GetMultiNode(),
+		gossip:    hello.GetGossipAddr(),
 	}
 	sess.last.Store(s.now().UnixNano())
 	sess.activity.Store(int32(hello.GetActivity()))
@@ -277,6 +281,8 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 				}(m.GetResult())
 			case m.GetActionStatus() != nil:
 				s.acts.status(sess.node, m.GetActionStatus())
+			case m.GetGossipKeyStatus() != nil:
+				s.keyOps.status(sess.node, m.GetGossipKeyStatus())
 			case m.GetWorkStatus() != nil:
 				s.works.status(sess.node, m.GetWorkStatus())
 			case m.GetHeartbeat() != nil:
@@ -405,7 +411,7 @@ func (s *Server) attach(ctx context.Context, sess *session, hello *pb.Hello) (*p
 	}
 	state, reason := node.State, node.StateReason
 	if !campaignOwned(state) {
-		state, reason = deriveState(e.checks, e.hasFull)
+		state, reason = e.liveState()
 	}
 	cause := ""
 	if existed && state != node.State {
@@ -423,6 +429,7 @@ func (s *Server) attach(ctx context.Context, sess *session, hello *pb.Hello) (*p
 		ProtocolVersion:     ProtocolVersion,
 		KnownResultIds:      known,
 		HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
+		GossipAddr:          s.GossipAddr(),
 	}}}, nil
 }
 
@@ -612,7 +619,7 @@ func (s *Server) applyResult(x *session, r *store.Result) {
 	if e.sess == nil || campaignOwned(e.state) {
 		return // the stream is gone (unreachable wins) or a campaign owns the node
 	}
-	state, reason := deriveState(e.checks, e.hasFull)
+	state, reason := e.liveState()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.setState(ctx, e, state, reason, "", nil, s.now())

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/fleetcheck/fleetcheck/membership"
 	"github.com/fleetcheck/fleetcheck/pki"
 )
 
@@ -55,6 +56,10 @@ type Config struct {
 	// CompatMatrix is the compatibility matrix file rollouts use when the
 	// operator sends none.
 	CompatMatrix string `yaml:"compat_matrix"`
+	// Gossip, when its bind is set, joins the gossip pool agents join: a
+	// node whose member stops answering is marked unreachable within
+	// seconds (a hint only; docs/config.md).
+	Gossip *membership.FileConfig `yaml:"gossip"`
 }
 
 // TLSConfig is the coordinator's mutual-TLS identity. Relative paths are
@@ -87,6 +92,8 @@ const (
 	DefaultRetentionDays     = 30
 	DefaultHeartbeatInterval = 10 * time.Second
 	DefaultSendQueue         = 256
+	// DefaultGossipName is the coordinator's gossip member name.
+	DefaultGossipName = "coordinator"
 )
 
 // WithDefaults returns the config with every unset field at its default.
@@ -148,6 +155,14 @@ func (c Config) Validate() error {
 	if err := c.validateCampaigns(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Gossip.Enabled() {
+		// The keyring file is read at start, where its errors are reported.
+		g := *c.Gossip
+		g.KeyringFile = ""
+		if _, err := g.Config(DefaultGossipName, membership.Meta{Role: membership.RoleCoordinator}, nil); err != nil {
+			errs = append(errs, fmt.Errorf("gossip: %w", err))
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("coordinator config: %w", err)
 	}
@@ -167,6 +182,7 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, err
 	}
 	base := filepath.Dir(path)
+	c.Gossip.Resolve(base)
 	for _, p := range []*string{&c.TLS.CertFile, &c.TLS.KeyFile, &c.TLS.CAFile, &c.CompatMatrix, &c.Drain.Kubernetes.Kubeconfig} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(base, *p)

@@ -91,7 +91,7 @@ func (f *fleet) Nodes(ctx context.Context, sel string) ([]campaign.Node, error) 
 		if e := s.reg.lookup(n.Name); e != nil {
 			e.mu.Lock()
 			if e.state != "" {
-				cn.State = e.state
+				cn.State = e.streamState() // campaigns never see the gossip hint
 			}
 			if e.sess != nil {
 				cn.Connected = true

@@ -25,6 +25,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/authz"
 	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/drain"
+	"github.com/fleetcheck/fleetcheck/membership"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/store"
 )
@@ -60,6 +61,9 @@ type Options struct {
 	CampaignClock campaign.Clock
 	// Drain overrides the drain adapter the config names.
 	Drain drain.Adapter
+	// Gossip, when set, adjusts the gossip pool's configuration before it
+	// starts (tests: transport, timings).
+	Gossip func(*membership.Config)
 }
 
 // Metrics receives the coordinator's measurements that a snapshot of
@@ -112,6 +116,9 @@ type Server struct {
 	stopping chan struct{}
 
 	camp *campaigns // the campaign engines, set by Start
+
+	gossip atomic.Pointer[membership.Pool] // nil when gossip is off
+	keyOps *keyOpTable
 }
 
 // New checks the config and builds a server; nothing is opened yet.
@@ -141,6 +148,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		reg:      newRegistry(),
 		works:    newWorkTable(),
 		acts:     newActionTable(),
+		keyOps:   newKeyOpTable(),
 		refusals: make(map[string]time.Time),
 		stopping: make(chan struct{}),
 
@@ -266,6 +274,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		}
 	}()
 
+	if err := s.startGossip(); err != nil {
+		return fmt.Errorf("coordinator: gossip: %w", err)
+	}
+
 	s.startedAt = s.now()
 	bgctx, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
@@ -389,6 +401,8 @@ func (s *Server) closeLocked(ctx context.Context) error {
 		s.httpLis.Close()
 	}
 	s.serving.Wait()
+	// Gossip events write node states: the pool stops before the store.
+	s.stopGossip()
 	// Campaigns stop after the API (no handler is left using them) and
 	// before the store their database handle belongs to.
 	if s.camp != nil {
@@ -513,6 +527,9 @@ type Stats struct {
 	// progress, and those of them with an outcome.
 	WorkNodes, WorkNodesDone int
 	Store                    store.Stats
+	// GossipMembers counts the gossip pool's members by state (alive,
+	// dead, left); nil when gossip is off.
+	GossipMembers map[string]int
 }
 
 // Stats returns the current counters.
@@ -534,6 +551,12 @@ func (s *Server) Stats() Stats {
 	st.ActiveWork, st.WorkNodes, st.WorkNodesDone = s.works.progress()
 	if db := s.Store(); db != nil {
 		st.Store = db.Stats()
+	}
+	if pool := s.gossip.Load(); pool != nil {
+		st.GossipMembers = map[string]int{}
+		for _, m := range pool.Members() {
+			st.GossipMembers[m.State.String()]++
+		}
 	}
 	return st
 }

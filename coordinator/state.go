@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/membership"
 	"github.com/fleetcheck/fleetcheck/report"
 	"github.com/fleetcheck/fleetcheck/store"
 )
@@ -102,6 +103,12 @@ type nodeEntry struct {
 	checks  map[string]store.CheckState
 	hasFull bool
 	sess    *session // the current stream, nil when none
+
+	// What gossip last said of the node's member (gossip.go): a hint that
+	// only liveState reads. The zero value, alive, says nothing.
+	gossip      membership.State
+	gossipSince time.Time
+	gossipMeta  membership.Meta
 }
 
 func (e *nodeEntry) load(n store.Node) {

@@ -60,13 +60,17 @@ type Agent struct {
 	work         *prometheus.CounterVec
 	lastReport   prometheus.Gauge
 	lastAck      prometheus.Gauge
+	gossip       *prometheus.GaugeVec
 
 	mu        sync.Mutex
 	latest    map[string]checkSnap // by check name
 	inventory *report.Inventory
 }
 
-var _ agent.Metrics = (*Agent)(nil)
+var (
+	_ agent.Metrics       = (*Agent)(nil)
+	_ agent.GossipMetrics = (*Agent)(nil)
+)
 
 // checkSnap is the newest result of one check.
 type checkSnap struct {
@@ -132,6 +136,11 @@ func NewAgent(reg prometheus.Registerer, info AgentInfo) (*Agent, error) {
 			Name: "fleetcheck_agent_last_ack_timestamp_seconds",
 			Help: "Unix time the coordinator last acknowledged a result (0 before the first).",
 		}),
+		// No series until the gossip pool reports: absent when gossip is off.
+		gossip: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleetcheck_agent_gossip_members",
+			Help: "Members of the gossip pool as this agent sees them, itself included, by state (alive, dead, left).",
+		}, []string{"state"}),
 	}
 	// Label values known up front appear at 0, so rate() and absent()
 	// work before the first event.
@@ -143,7 +152,7 @@ func NewAgent(reg prometheus.Registerer, info AgentInfo) (*Agent, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		a.passes, a.passDuration, a.checkDur, a.spoolResults, a.spoolBytes, a.spoolDropped,
-		a.connected, a.acked, a.refused, a.work, a.lastReport, a.lastAck, a,
+		a.connected, a.acked, a.refused, a.work, a.lastReport, a.lastAck, a.gossip, a,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -199,6 +208,13 @@ func (a *Agent) Connected(up bool) {
 func (a *Agent) Acked(duplicate bool) {
 	a.acked.WithLabelValues(strconv.FormatBool(duplicate)).Inc()
 	a.lastAck.Set(float64(a.now().UnixNano()) / 1e9)
+}
+
+// GossipMembers records the agent's view of the gossip pool.
+func (a *Agent) GossipMembers(alive, dead, left int) {
+	a.gossip.WithLabelValues("alive").Set(float64(alive))
+	a.gossip.WithLabelValues("dead").Set(float64(dead))
+	a.gossip.WithLabelValues("left").Set(float64(left))
 }
 
 // Refused counts a refused result.

@@ -285,3 +285,20 @@ func TestListen(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestAgentGossipMembers(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	a, err := NewAgent(reg, AgentInfo{Node: "gpu-001"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := scrape(t, Handler(reg))["fleetcheck_agent_gossip_members"]; ok {
+		t.Error("gossip members exported before the pool reported (gossip off)")
+	}
+	a.GossipMembers(5, 1, 2)
+	fams := scrape(t, Handler(reg))
+	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "alive"}, 5)
+	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "dead"}, 1)
+	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "left"}, 2)
+}

@@ -41,8 +41,12 @@ var (
 	descWorkRatio = prometheus.NewDesc("fleetcheck_runcheck_progress_ratio",
 		"Share of the nodes of the RunCheck calls in progress that have an outcome; absent when none runs.", nil, nil)
 
+	descGossip = prometheus.NewDesc("fleetcheck_gossip_members",
+		"Members of the gossip pool as the coordinator sees them, by state (alive, dead, left); absent when gossip is off.",
+		[]string{"state"}, nil)
+
 	coordinatorDescs = []*prometheus.Desc{descNodes, descConnected, descIngested, descDuplicates,
-		descRefusedResults, descWorks, descWorkNodes, descWorkRatio}
+		descRefusedResults, descWorks, descWorkNodes, descWorkRatio, descGossip}
 )
 
 // NewCoordinator builds the coordinator's exporter and registers it on
@@ -112,6 +116,11 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 	out.add(descWorkNodes, prometheus.GaugeValue, float64(st.WorkNodes-st.WorkNodesDone), "pending")
 	if st.WorkNodes > 0 {
 		out.add(descWorkRatio, prometheus.GaugeValue, float64(st.WorkNodesDone)/float64(st.WorkNodes))
+	}
+	if st.GossipMembers != nil {
+		for _, state := range []string{"alive", "dead", "left"} {
+			out.add(descGossip, prometheus.GaugeValue, float64(st.GossipMembers[state]), state)
+		}
 	}
 	out.emit(ch)
 }

@@ -135,3 +135,22 @@ func TestCoordinatorExposition(t *testing.T) {
 	mustType(t, fams, "fleetcheck_store_commit_duration_seconds", dto.MetricType_HISTOGRAM)
 	lint(t, reg)
 }
+
+func TestCoordinatorGossipMembers(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	cm, err := NewCoordinator(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := coordinator.Stats{}
+	cm.Watch(func() coordinator.Stats { return stats })
+	if fams := scrape(t, Handler(reg)); fams["fleetcheck_gossip_members"] != nil {
+		t.Error("gossip members exported with gossip off")
+	}
+	stats.GossipMembers = map[string]int{"alive": 9, "dead": 1}
+	fams := scrape(t, Handler(reg))
+	mustValue(t, fams, "fleetcheck_gossip_members", map[string]string{"state": "alive"}, 9)
+	mustValue(t, fams, "fleetcheck_gossip_members", map[string]string{"state": "dead"}, 1)
+	mustValue(t, fams, "fleetcheck_gossip_members", map[string]string{"state": "left"}, 0)
+}

@@ -51,6 +51,6 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd(), newAgentCmd(),
 		newCoordinatorCmd(), newNodesCmd(), newResultsCmd(), newCheckCmd(), newEventsCmd(), newCertsCmd(), newDemoCmd(),
-		newBaselineCmd(), newSweepCmd(), newRolloutCmd(), newBurninCmd(), newDrillCmd())
+		newBaselineCmd(), newSweepCmd(), newRolloutCmd(), newBurninCmd(), newDrillCmd(), newGossipCmd())
 	return root
 }

@@ -235,6 +235,58 @@ func (WorkStatus_State) EnumDescriptor() ([]byte, []int) {
 	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17, 0}
 }
 
+type GossipKeyOp_Op int32
+
+const (
+	GossipKeyOp_OP_UNSPECIFIED GossipKeyOp_Op = 0
+	GossipKeyOp_OP_INSTALL     GossipKeyOp_Op = 1
+	GossipKeyOp_OP_USE         GossipKeyOp_Op = 2
+	GossipKeyOp_OP_REMOVE      GossipKeyOp_Op = 3
+)
+
+// Enum value maps for GossipKeyOp_Op.
+var (
+	GossipKeyOp_Op_name = map[int32]string{
+		0: "OP_UNSPECIFIED",
+		1: "OP_INSTALL",
+		2: "OP_USE",
+		3: "OP_REMOVE",
+	}
+	GossipKeyOp_Op_value = map[string]int32{
+		"OP_UNSPECIFIED": 0,
+		"OP_INSTALL":     1,
+		"OP_USE":         2,
+		"OP_REMOVE":      3,
+	}
+)
+
+func (x GossipKeyOp_Op) Enum() *GossipKeyOp_Op {
+	p := new(GossipKeyOp_Op)
+	*p = x
+	return p
+}
+
+func (x GossipKeyOp_Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GossipKeyOp_Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_fleetcheck_v1_fleetcheck_proto_enumTypes[4].Descriptor()
+}
+
+func (GossipKeyOp_Op) Type() protoreflect.EnumType {
+	return &file_fleetcheck_v1_fleetcheck_proto_enumTypes[4]
+}
+
+func (x GossipKeyOp_Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GossipKeyOp_Op.Descriptor instead.
+func (GossipKeyOp_Op) EnumDescriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18, 0}
+}
+
 type AgentMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -244,6 +296,7 @@ type AgentMessage struct {
 	//	*AgentMessage_WorkStatus
 	//	*AgentMessage_Heartbeat
 	//	*AgentMessage_ActionStatus
+	//	*AgentMessage_GossipKeyStatus
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -331,6 +384,15 @@ func (x *AgentMessage) GetActionStatus() *ActionStatus {
 	return nil
 }
 
+func (x *AgentMessage) GetGossipKeyStatus() *GossipKeyStatus {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_GossipKeyStatus); ok {
+			return x.GossipKeyStatus
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -355,6 +417,10 @@ type AgentMessage_ActionStatus struct {
 	ActionStatus *ActionStatus `protobuf:"bytes,5,opt,name=action_status,json=actionStatus,proto3,oneof"` // protocol 1.1
 }
 
+type AgentMessage_GossipKeyStatus struct {
+	GossipKeyStatus *GossipKeyStatus `protobuf:"bytes,6,opt,name=gossip_key_status,json=gossipKeyStatus,proto3,oneof"` // answers GossipKeyOp
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Result) isAgentMessage_Msg() {}
@@ -364,6 +430,8 @@ func (*AgentMessage_WorkStatus) isAgentMessage_Msg() {}
 func (*AgentMessage_Heartbeat) isAgentMessage_Msg() {}
 
 func (*AgentMessage_ActionStatus) isAgentMessage_Msg() {}
+
+func (*AgentMessage_GossipKeyStatus) isAgentMessage_Msg() {}
 
 type CoordinatorMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -375,6 +443,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Heartbeat
 	//	*CoordinatorMessage_RunAction
 	//	*CoordinatorMessage_EndMulti
+	//	*CoordinatorMessage_GossipKey
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -471,6 +540,15 @@ func (x *CoordinatorMessage) GetEndMulti() *EndMulti {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetGossipKey() *GossipKeyOp {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_GossipKey); ok {
+			return x.GossipKey
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -499,6 +577,10 @@ type CoordinatorMessage_EndMulti struct {
 	EndMulti *EndMulti `protobuf:"bytes,6,opt,name=end_multi,json=endMulti,proto3,oneof"` // protocol 1.1
 }
 
+type CoordinatorMessage_GossipKey struct {
+	GossipKey *GossipKeyOp `protobuf:"bytes,7,opt,name=gossip_key,json=gossipKey,proto3,oneof"` // only to agents whose Hello has gossip_addr
+}
+
 func (*CoordinatorMessage_Welcome) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Ack) isCoordinatorMessage_Msg() {}
@@ -510,6 +592,8 @@ func (*CoordinatorMessage_Heartbeat) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_RunAction) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_EndMulti) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_GossipKey) isCoordinatorMessage_Msg() {}
 
 type Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -526,8 +610,11 @@ type Hello struct {
 	// can launch or join multi-node checks (its config has multi_node).
 	EnabledActions []string `protobuf:"bytes,8,rep,name=enabled_actions,json=enabledActions,proto3" json:"enabled_actions,omitempty"`
 	MultiNode      bool     `protobuf:"varint,9,opt,name=multi_node,json=multiNode,proto3" json:"multi_node,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The agent's advertised gossip address ("ip:port");
+	// empty when gossip is off on the agent.
+	GossipAddr    string `protobuf:"bytes,10,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -623,6 +710,13 @@ func (x *Hello) GetMultiNode() bool {
 	return false
 }
 
+func (x *Hello) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
+}
+
 type Welcome struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	CoordinatorVersion string                 `protobuf:"bytes,1,opt,name=coordinator_version,json=coordinatorVersion,proto3" json:"coordinator_version,omitempty"`
@@ -631,8 +725,11 @@ type Welcome struct {
 	// agent can drop them from its spool without resending.
 	KnownResultIds      []string `protobuf:"bytes,3,rep,name=known_result_ids,json=knownResultIds,proto3" json:"known_result_ids,omitempty"`
 	HeartbeatIntervalMs int64    `protobuf:"varint,4,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The coordinator's advertised gossip address, empty when its gossip is
+	// off. An agent with gossip on and no join address of its own joins it.
+	GossipAddr    string `protobuf:"bytes,5,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
@@ -691,6 +788,13 @@ func (x *Welcome) GetHeartbeatIntervalMs() int64 {
 		return x.HeartbeatIntervalMs
 	}
 	return 0
+}
+
+func (x *Welcome) GetGossipAddr() string {
+	if x != nil {
+		return x.GossipAddr
+	}
+	return ""
 }
 
 type Heartbeat struct {
@@ -1857,6 +1961,483 @@ func (x *WorkStatus) GetResultId() string {
 	return ""
 }
 
+// GossipKeyOp is one round of a gossip keyring rotation, driven by the
+// coordinator over the (mTLS) stream: install a key on every member, then
+// make it primary everywhere, then remove the old one everywhere.
+type GossipKeyOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OpId          string                 `protobuf:"bytes,1,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`
+	Op            GossipKeyOp_Op         `protobuf:"varint,2,opt,name=op,proto3,enum=fleetcheck.v1.GossipKeyOp_Op" json:"op,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeyOp) Reset() {
+	*x = GossipKeyOp{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeyOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeyOp) ProtoMessage() {}
+
+func (x *GossipKeyOp) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeyOp.ProtoReflect.Descriptor instead.
+func (*GossipKeyOp) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GossipKeyOp) GetOpId() string {
+	if x != nil {
+		return x.OpId
+	}
+	return ""
+}
+
+func (x *GossipKeyOp) GetOp() GossipKeyOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return GossipKeyOp_OP_UNSPECIFIED
+}
+
+func (x *GossipKeyOp) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type GossipKeyStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OpId          string                 `protobuf:"bytes,1,opt,name=op_id,json=opId,proto3" json:"op_id,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // empty when the op was applied
+	Keys          int32                  `protobuf:"varint,3,opt,name=keys,proto3" json:"keys,omitempty"`  // keys installed after the op
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeyStatus) Reset() {
+	*x = GossipKeyStatus{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeyStatus) ProtoMessage() {}
+
+func (x *GossipKeyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeyStatus.ProtoReflect.Descriptor instead.
+func (*GossipKeyStatus) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GossipKeyStatus) GetOpId() string {
+	if x != nil {
+		return x.OpId
+	}
+	return ""
+}
+
+func (x *GossipKeyStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *GossipKeyStatus) GetKeys() int32 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+type GossipMembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipMembersRequest) Reset() {
+	*x = GossipMembersRequest{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipMembersRequest) ProtoMessage() {}
+
+func (x *GossipMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipMembersRequest.ProtoReflect.Descriptor instead.
+func (*GossipMembersRequest) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20}
+}
+
+type GossipMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // alive|dead|left
+	Role          string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`   // agent|coordinator
+	Labels        map[string]string      `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	AgentVersion  string                 `protobuf:"bytes,6,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipMember) Reset() {
+	*x = GossipMember{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipMember) ProtoMessage() {}
+
+func (x *GossipMember) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipMember.ProtoReflect.Descriptor instead.
+func (*GossipMember) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GossipMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GossipMember) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *GossipMember) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *GossipMember) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *GossipMember) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *GossipMember) GetAgentVersion() string {
+	if x != nil {
+		return x.AgentVersion
+	}
+	return ""
+}
+
+type GossipMembersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Members       []*GossipMember        `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipMembersResponse) Reset() {
+	*x = GossipMembersResponse{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipMembersResponse) ProtoMessage() {}
+
+func (x *GossipMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipMembersResponse.ProtoReflect.Descriptor instead.
+func (*GossipMembersResponse) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GossipMembersResponse) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *GossipMembersResponse) GetMembers() []*GossipMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type GossipKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            GossipKeyOp_Op         `protobuf:"varint,1,opt,name=op,proto3,enum=fleetcheck.v1.GossipKeyOp_Op" json:"op,omitempty"` // OP_UNSPECIFIED lists
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // for the audit log
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeysRequest) Reset() {
+	*x = GossipKeysRequest{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeysRequest) ProtoMessage() {}
+
+func (x *GossipKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeysRequest.ProtoReflect.Descriptor instead.
+func (*GossipKeysRequest) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GossipKeysRequest) GetOp() GossipKeyOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return GossipKeyOp_OP_UNSPECIFIED
+}
+
+func (x *GossipKeysRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GossipKeysRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type GossipKeyNodeStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"` // empty when applied
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GossipKeyNodeStatus) Reset() {
+	*x = GossipKeyNodeStatus{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeyNodeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeyNodeStatus) ProtoMessage() {}
+
+func (x *GossipKeyNodeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeyNodeStatus.ProtoReflect.Descriptor instead.
+func (*GossipKeyNodeStatus) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GossipKeyNodeStatus) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *GossipKeyNodeStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type GossipKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SHA-256 fingerprints (first 8 bytes, hex) of the coordinator's keys,
+	// primary first, after the op.
+	KeyFingerprints []string               `protobuf:"bytes,1,rep,name=key_fingerprints,json=keyFingerprints,proto3" json:"key_fingerprints,omitempty"`
+	Nodes           []*GossipKeyNodeStatus `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Applied         int32                  `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	Failed          int32                  `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GossipKeysResponse) Reset() {
+	*x = GossipKeysResponse{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GossipKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GossipKeysResponse) ProtoMessage() {}
+
+func (x *GossipKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GossipKeysResponse.ProtoReflect.Descriptor instead.
+func (*GossipKeysResponse) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GossipKeysResponse) GetKeyFingerprints() []string {
+	if x != nil {
+		return x.KeyFingerprints
+	}
+	return nil
+}
+
+func (x *GossipKeysResponse) GetNodes() []*GossipKeyNodeStatus {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *GossipKeysResponse) GetApplied() int32 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *GossipKeysResponse) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
 type NodeSummary struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1874,7 +2455,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2467,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2480,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NodeSummary) GetName() string {
@@ -1974,7 +2555,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2567,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2580,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListNodesRequest) GetSelector() string {
@@ -2018,7 +2599,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2611,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2624,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeSummary {
@@ -2064,7 +2645,7 @@ type ListResultsRequest struct {
 
 func (x *ListResultsRequest) Reset() {
 	*x = ListResultsRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2657,7 @@ func (x *ListResultsRequest) String() string {
 func (*ListResultsRequest) ProtoMessage() {}
 
 func (x *ListResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2670,7 @@ func (x *ListResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResultsRequest.ProtoReflect.Descriptor instead.
 func (*ListResultsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{21}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListResultsRequest) GetNode() string {
@@ -2126,7 +2707,7 @@ type StoredCheckResult struct {
 
 func (x *StoredCheckResult) Reset() {
 	*x = StoredCheckResult{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2719,7 @@ func (x *StoredCheckResult) String() string {
 func (*StoredCheckResult) ProtoMessage() {}
 
 func (x *StoredCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2732,7 @@ func (x *StoredCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredCheckResult.ProtoReflect.Descriptor instead.
 func (*StoredCheckResult) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{22}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StoredCheckResult) GetResultId() string {
@@ -2198,7 +2779,7 @@ type ListResultsResponse struct {
 
 func (x *ListResultsResponse) Reset() {
 	*x = ListResultsResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2791,7 @@ func (x *ListResultsResponse) String() string {
 func (*ListResultsResponse) ProtoMessage() {}
 
 func (x *ListResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2804,7 @@ func (x *ListResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResultsResponse.ProtoReflect.Descriptor instead.
 func (*ListResultsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{23}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListResultsResponse) GetResults() []*StoredCheckResult {
@@ -2246,7 +2827,7 @@ type RunCheckRequest struct {
 
 func (x *RunCheckRequest) Reset() {
 	*x = RunCheckRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2839,7 @@ func (x *RunCheckRequest) String() string {
 func (*RunCheckRequest) ProtoMessage() {}
 
 func (x *RunCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2852,7 @@ func (x *RunCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunCheckRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{24}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RunCheckRequest) GetSelector() string {
@@ -2319,7 +2900,7 @@ type RunCheckProgress struct {
 
 func (x *RunCheckProgress) Reset() {
 	*x = RunCheckProgress{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2912,7 @@ func (x *RunCheckProgress) String() string {
 func (*RunCheckProgress) ProtoMessage() {}
 
 func (x *RunCheckProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2925,7 @@ func (x *RunCheckProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCheckProgress.ProtoReflect.Descriptor instead.
 func (*RunCheckProgress) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{25}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunCheckProgress) GetTotal() int32 {
@@ -2422,7 +3003,7 @@ type NodeOutcome struct {
 
 func (x *NodeOutcome) Reset() {
 	*x = NodeOutcome{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +3015,7 @@ func (x *NodeOutcome) String() string {
 func (*NodeOutcome) ProtoMessage() {}
 
 func (x *NodeOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +3028,7 @@ func (x *NodeOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOutcome.ProtoReflect.Descriptor instead.
 func (*NodeOutcome) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{26}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeOutcome) GetNode() string {
@@ -2492,7 +3073,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +3085,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +3098,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{27}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Event) GetId() int64 {
@@ -2575,7 +3156,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +3168,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +3181,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{28}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListEventsRequest) GetNode() string {
@@ -2633,7 +3214,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +3226,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +3239,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{29}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2672,15 +3253,16 @@ var File_fleetcheck_v1_fleetcheck_proto protoreflect.FileDescriptor
 
 const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\n" +
-	"\x1efleetcheck/v1/fleetcheck.proto\x12\rfleetcheck.v1\"\xb0\x02\n" +
+	"\x1efleetcheck/v1/fleetcheck.proto\x12\rfleetcheck.v1\"\xfe\x02\n" +
 	"\fAgentMessage\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.fleetcheck.v1.HelloH\x00R\x05hello\x12/\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.fleetcheck.v1.ResultH\x00R\x06result\x12<\n" +
 	"\vwork_status\x18\x03 \x01(\v2\x19.fleetcheck.v1.WorkStatusH\x00R\n" +
 	"workStatus\x128\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x18.fleetcheck.v1.HeartbeatH\x00R\theartbeat\x12B\n" +
-	"\raction_status\x18\x05 \x01(\v2\x1b.fleetcheck.v1.ActionStatusH\x00R\factionStatusB\x05\n" +
-	"\x03msg\"\xdf\x02\n" +
+	"\raction_status\x18\x05 \x01(\v2\x1b.fleetcheck.v1.ActionStatusH\x00R\factionStatus\x12L\n" +
+	"\x11gossip_key_status\x18\x06 \x01(\v2\x1e.fleetcheck.v1.GossipKeyStatusH\x00R\x0fgossipKeyStatusB\x05\n" +
+	"\x03msg\"\x9c\x03\n" +
 	"\x12CoordinatorMessage\x122\n" +
 	"\awelcome\x18\x01 \x01(\v2\x16.fleetcheck.v1.WelcomeH\x00R\awelcome\x12&\n" +
 	"\x03ack\x18\x02 \x01(\v2\x12.fleetcheck.v1.AckH\x00R\x03ack\x129\n" +
@@ -2689,8 +3271,10 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\theartbeat\x18\x04 \x01(\v2\x18.fleetcheck.v1.HeartbeatH\x00R\theartbeat\x129\n" +
 	"\n" +
 	"run_action\x18\x05 \x01(\v2\x18.fleetcheck.v1.RunActionH\x00R\trunAction\x126\n" +
-	"\tend_multi\x18\x06 \x01(\v2\x17.fleetcheck.v1.EndMultiH\x00R\bendMultiB\x05\n" +
-	"\x03msg\"\xc0\x03\n" +
+	"\tend_multi\x18\x06 \x01(\v2\x17.fleetcheck.v1.EndMultiH\x00R\bendMulti\x12;\n" +
+	"\n" +
+	"gossip_key\x18\a \x01(\v2\x1a.fleetcheck.v1.GossipKeyOpH\x00R\tgossipKeyB\x05\n" +
+	"\x03msg\"\xe1\x03\n" +
 	"\x05Hello\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12)\n" +
 	"\x10protocol_version\x18\x02 \x01(\tR\x0fprotocolVersion\x12#\n" +
@@ -2701,15 +3285,20 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\bactivity\x18\a \x01(\x0e2\x1b.fleetcheck.v1.NodeActivityR\bactivity\x12'\n" +
 	"\x0fenabled_actions\x18\b \x03(\tR\x0eenabledActions\x12\x1d\n" +
 	"\n" +
-	"multi_node\x18\t \x01(\bR\tmultiNode\x1a9\n" +
+	"multi_node\x18\t \x01(\bR\tmultiNode\x12\x1f\n" +
+	"\vgossip_addr\x18\n" +
+	" \x01(\tR\n" +
+	"gossipAddr\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x01\n" +
 	"\aWelcome\x12/\n" +
 	"\x13coordinator_version\x18\x01 \x01(\tR\x12coordinatorVersion\x12)\n" +
 	"\x10protocol_version\x18\x02 \x01(\tR\x0fprotocolVersion\x12(\n" +
 	"\x10known_result_ids\x18\x03 \x03(\tR\x0eknownResultIds\x122\n" +
-	"\x15heartbeat_interval_ms\x18\x04 \x01(\x03R\x13heartbeatIntervalMs\"~\n" +
+	"\x15heartbeat_interval_ms\x18\x04 \x01(\x03R\x13heartbeatIntervalMs\x12\x1f\n" +
+	"\vgossip_addr\x18\x05 \x01(\tR\n" +
+	"gossipAddr\"~\n" +
 	"\tHeartbeat\x12\x17\n" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x127\n" +
 	"\bactivity\x18\x02 \x01(\x0e2\x1b.fleetcheck.v1.NodeActivityR\bactivity\x12\x1f\n" +
@@ -2834,7 +3423,48 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\x0eSTATE_ACCEPTED\x10\x01\x12\x11\n" +
 	"\rSTATE_REFUSED\x10\x02\x12\x0e\n" +
 	"\n" +
-	"STATE_DONE\x10\x03\"\x80\x03\n" +
+	"STATE_DONE\x10\x03\"\xa8\x01\n" +
+	"\vGossipKeyOp\x12\x13\n" +
+	"\x05op_id\x18\x01 \x01(\tR\x04opId\x12-\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1d.fleetcheck.v1.GossipKeyOp.OpR\x02op\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\"C\n" +
+	"\x02Op\x12\x12\n" +
+	"\x0eOP_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"OP_INSTALL\x10\x01\x12\n" +
+	"\n" +
+	"\x06OP_USE\x10\x02\x12\r\n" +
+	"\tOP_REMOVE\x10\x03\"P\n" +
+	"\x0fGossipKeyStatus\x12\x13\n" +
+	"\x05op_id\x18\x01 \x01(\tR\x04opId\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x12\n" +
+	"\x04keys\x18\x03 \x01(\x05R\x04keys\"\x16\n" +
+	"\x14GossipMembersRequest\"\x81\x02\n" +
+	"\fGossipMember\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12?\n" +
+	"\x06labels\x18\x05 \x03(\v2'.fleetcheck.v1.GossipMember.LabelsEntryR\x06labels\x12#\n" +
+	"\ragent_version\x18\x06 \x01(\tR\fagentVersion\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
+	"\x15GossipMembersResponse\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x125\n" +
+	"\amembers\x18\x02 \x03(\v2\x1b.fleetcheck.v1.GossipMemberR\amembers\"l\n" +
+	"\x11GossipKeysRequest\x12-\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x1d.fleetcheck.v1.GossipKeyOp.OpR\x02op\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"?\n" +
+	"\x13GossipKeyNodeStatus\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\xab\x01\n" +
+	"\x12GossipKeysResponse\x12)\n" +
+	"\x10key_fingerprints\x18\x01 \x03(\tR\x0fkeyFingerprints\x128\n" +
+	"\x05nodes\x18\x02 \x03(\v2\".fleetcheck.v1.GossipKeyNodeStatusR\x05nodes\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\x05R\aapplied\x12\x16\n" +
+	"\x06failed\x18\x04 \x01(\x05R\x06failed\"\x80\x03\n" +
 	"\vNodeSummary\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12>\n" +
@@ -2908,13 +3538,16 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\x13MULTI_ROLE_LAUNCHER\x10\x01\x12\x13\n" +
 	"\x0fMULTI_ROLE_PEER\x10\x022]\n" +
 	"\fAgentService\x12M\n" +
-	"\aConnect\x12\x1b.fleetcheck.v1.AgentMessage\x1a!.fleetcheck.v1.CoordinatorMessage(\x010\x012\xd9\x02\n" +
+	"\aConnect\x12\x1b.fleetcheck.v1.AgentMessage\x1a!.fleetcheck.v1.CoordinatorMessage(\x010\x012\x88\x04\n" +
 	"\x0fOperatorService\x12N\n" +
 	"\tListNodes\x12\x1f.fleetcheck.v1.ListNodesRequest\x1a .fleetcheck.v1.ListNodesResponse\x12T\n" +
 	"\vListResults\x12!.fleetcheck.v1.ListResultsRequest\x1a\".fleetcheck.v1.ListResultsResponse\x12M\n" +
 	"\bRunCheck\x12\x1e.fleetcheck.v1.RunCheckRequest\x1a\x1f.fleetcheck.v1.RunCheckProgress0\x01\x12Q\n" +
 	"\n" +
-	"ListEvents\x12 .fleetcheck.v1.ListEventsRequest\x1a!.fleetcheck.v1.ListEventsResponseBCZAgithub.com/fleetcheck/fleetcheck/proto/fleetcheck/v1;fleetcheckv1b\x06proto3"
+	"ListEvents\x12 .fleetcheck.v1.ListEventsRequest\x1a!.fleetcheck.v1.ListEventsResponse\x12Z\n" +
+	"\rGossipMembers\x12#.fleetcheck.v1.GossipMembersRequest\x1a$.fleetcheck.v1.GossipMembersResponse\x12Q\n" +
+	"\n" +
+	"GossipKeys\x12 .fleetcheck.v1.GossipKeysRequest\x1a!.fleetcheck.v1.GossipKeysResponseBCZAgithub.com/fleetcheck/fleetcheck/proto/fleetcheck/v1;fleetcheckv1b\x06proto3"
 
 var (
 	file_fleetcheck_v1_fleetcheck_proto_rawDescOnce sync.Once
@@ -2928,99 +3561,120 @@ func file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP() []byte {
 	return file_fleetcheck_v1_fleetcheck_proto_rawDescData
 }
 
-var file_fleetcheck_v1_fleetcheck_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_fleetcheck_v1_fleetcheck_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_fleetcheck_v1_fleetcheck_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_fleetcheck_v1_fleetcheck_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_fleetcheck_v1_fleetcheck_proto_goTypes = []any{
-	(NodeActivity)(0),           // 0: fleetcheck.v1.NodeActivity
-	(MultiRole)(0),              // 1: fleetcheck.v1.MultiRole
-	(ActionStatus_State)(0),     // 2: fleetcheck.v1.ActionStatus.State
-	(WorkStatus_State)(0),       // 3: fleetcheck.v1.WorkStatus.State
-	(*AgentMessage)(nil),        // 4: fleetcheck.v1.AgentMessage
-	(*CoordinatorMessage)(nil),  // 5: fleetcheck.v1.CoordinatorMessage
-	(*Hello)(nil),               // 6: fleetcheck.v1.Hello
-	(*Welcome)(nil),             // 7: fleetcheck.v1.Welcome
-	(*Heartbeat)(nil),           // 8: fleetcheck.v1.Heartbeat
-	(*Result)(nil),              // 9: fleetcheck.v1.Result
-	(*CheckResult)(nil),         // 10: fleetcheck.v1.CheckResult
-	(*Finding)(nil),             // 11: fleetcheck.v1.Finding
-	(*Inventory)(nil),           // 12: fleetcheck.v1.Inventory
-	(*GPU)(nil),                 // 13: fleetcheck.v1.GPU
-	(*HCA)(nil),                 // 14: fleetcheck.v1.HCA
-	(*Port)(nil),                // 15: fleetcheck.v1.Port
-	(*Ack)(nil),                 // 16: fleetcheck.v1.Ack
-	(*RunChecks)(nil),           // 17: fleetcheck.v1.RunChecks
-	(*EndMulti)(nil),            // 18: fleetcheck.v1.EndMulti
-	(*RunAction)(nil),           // 19: fleetcheck.v1.RunAction
-	(*ActionStatus)(nil),        // 20: fleetcheck.v1.ActionStatus
-	(*WorkStatus)(nil),          // 21: fleetcheck.v1.WorkStatus
-	(*NodeSummary)(nil),         // 22: fleetcheck.v1.NodeSummary
-	(*ListNodesRequest)(nil),    // 23: fleetcheck.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),   // 24: fleetcheck.v1.ListNodesResponse
-	(*ListResultsRequest)(nil),  // 25: fleetcheck.v1.ListResultsRequest
-	(*StoredCheckResult)(nil),   // 26: fleetcheck.v1.StoredCheckResult
-	(*ListResultsResponse)(nil), // 27: fleetcheck.v1.ListResultsResponse
-	(*RunCheckRequest)(nil),     // 28: fleetcheck.v1.RunCheckRequest
-	(*RunCheckProgress)(nil),    // 29: fleetcheck.v1.RunCheckProgress
-	(*NodeOutcome)(nil),         // 30: fleetcheck.v1.NodeOutcome
-	(*Event)(nil),               // 31: fleetcheck.v1.Event
-	(*ListEventsRequest)(nil),   // 32: fleetcheck.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),  // 33: fleetcheck.v1.ListEventsResponse
-	nil,                         // 34: fleetcheck.v1.Hello.LabelsEntry
-	nil,                         // 35: fleetcheck.v1.CheckResult.MetricsEntry
-	nil,                         // 36: fleetcheck.v1.RunChecks.ParamsEntry
-	nil,                         // 37: fleetcheck.v1.RunAction.ParamsEntry
-	nil,                         // 38: fleetcheck.v1.NodeSummary.LabelsEntry
+	(NodeActivity)(0),             // 0: fleetcheck.v1.NodeActivity
+	(MultiRole)(0),                // 1: fleetcheck.v1.MultiRole
+	(ActionStatus_State)(0),       // 2: fleetcheck.v1.ActionStatus.State
+	(WorkStatus_State)(0),         // 3: fleetcheck.v1.WorkStatus.State
+	(GossipKeyOp_Op)(0),           // 4: fleetcheck.v1.GossipKeyOp.Op
+	(*AgentMessage)(nil),          // 5: fleetcheck.v1.AgentMessage
+	(*CoordinatorMessage)(nil),    // 6: fleetcheck.v1.CoordinatorMessage
+	(*Hello)(nil),                 // 7: fleetcheck.v1.Hello
+	(*Welcome)(nil),               // 8: fleetcheck.v1.Welcome
+	(*Heartbeat)(nil),             // 9: fleetcheck.v1.Heartbeat
+	(*Result)(nil),                // 10: fleetcheck.v1.Result
+	(*CheckResult)(nil),           // 11: fleetcheck.v1.CheckResult
+	(*Finding)(nil),               // 12: fleetcheck.v1.Finding
+	(*Inventory)(nil),             // 13: fleetcheck.v1.Inventory
+	(*GPU)(nil),                   // 14: fleetcheck.v1.GPU
+	(*HCA)(nil),                   // 15: fleetcheck.v1.HCA
+	(*Port)(nil),                  // 16: fleetcheck.v1.Port
+	(*Ack)(nil),                   // 17: fleetcheck.v1.Ack
+	(*RunChecks)(nil),             // 18: fleetcheck.v1.RunChecks
+	(*EndMulti)(nil),              // 19: fleetcheck.v1.EndMulti
+	(*RunAction)(nil),             // 20: fleetcheck.v1.RunAction
+	(*ActionStatus)(nil),          // 21: fleetcheck.v1.ActionStatus
+	(*WorkStatus)(nil),            // 22: fleetcheck.v1.WorkStatus
+	(*GossipKeyOp)(nil),           // 23: fleetcheck.v1.GossipKeyOp
+	(*GossipKeyStatus)(nil),       // 24: fleetcheck.v1.GossipKeyStatus
+	(*GossipMembersRequest)(nil),  // 25: fleetcheck.v1.GossipMembersRequest
+	(*GossipMember)(nil),          // 26: fleetcheck.v1.GossipMember
+	(*GossipMembersResponse)(nil), // 27: fleetcheck.v1.GossipMembersResponse
+	(*GossipKeysRequest)(nil),     // 28: fleetcheck.v1.GossipKeysRequest
+	(*GossipKeyNodeStatus)(nil),   // 29: fleetcheck.v1.GossipKeyNodeStatus
+	(*GossipKeysResponse)(nil),    // 30: fleetcheck.v1.GossipKeysResponse
+	(*NodeSummary)(nil),           // 31: fleetcheck.v1.NodeSummary
+	(*ListNodesRequest)(nil),      // 32: fleetcheck.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),     // 33: fleetcheck.v1.ListNodesResponse
+	(*ListResultsRequest)(nil),    // 34: fleetcheck.v1.ListResultsRequest
+	(*StoredCheckResult)(nil),     // 35: fleetcheck.v1.StoredCheckResult
+	(*ListResultsResponse)(nil),   // 36: fleetcheck.v1.ListResultsResponse
+	(*RunCheckRequest)(nil),       // 37: fleetcheck.v1.RunCheckRequest
+	(*RunCheckProgress)(nil),      // 38: fleetcheck.v1.RunCheckProgress
+	(*NodeOutcome)(nil),           // 39: fleetcheck.v1.NodeOutcome
+	(*Event)(nil),                 // 40: fleetcheck.v1.Event
+	(*ListEventsRequest)(nil),     // 41: fleetcheck.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),    // 42: fleetcheck.v1.ListEventsResponse
+	nil,                           // 43: fleetcheck.v1.Hello.LabelsEntry
+	nil,                           // 44: fleetcheck.v1.CheckResult.MetricsEntry
+	nil,                           // 45: fleetcheck.v1.RunChecks.ParamsEntry
+	nil,                           // 46: fleetcheck.v1.RunAction.ParamsEntry
+	nil,                           // 47: fleetcheck.v1.GossipMember.LabelsEntry
+	nil,                           // 48: fleetcheck.v1.NodeSummary.LabelsEntry
 }
 var file_fleetcheck_v1_fleetcheck_proto_depIdxs = []int32{
-	6,  // 0: fleetcheck.v1.AgentMessage.hello:type_name -> fleetcheck.v1.Hello
-	9,  // 1: fleetcheck.v1.AgentMessage.result:type_name -> fleetcheck.v1.Result
-	21, // 2: fleetcheck.v1.AgentMessage.work_status:type_name -> fleetcheck.v1.WorkStatus
-	8,  // 3: fleetcheck.v1.AgentMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
-	20, // 4: fleetcheck.v1.AgentMessage.action_status:type_name -> fleetcheck.v1.ActionStatus
-	7,  // 5: fleetcheck.v1.CoordinatorMessage.welcome:type_name -> fleetcheck.v1.Welcome
-	16, // 6: fleetcheck.v1.CoordinatorMessage.ack:type_name -> fleetcheck.v1.Ack
-	17, // 7: fleetcheck.v1.CoordinatorMessage.run_checks:type_name -> fleetcheck.v1.RunChecks
-	8,  // 8: fleetcheck.v1.CoordinatorMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
-	19, // 9: fleetcheck.v1.CoordinatorMessage.run_action:type_name -> fleetcheck.v1.RunAction
-	18, // 10: fleetcheck.v1.CoordinatorMessage.end_multi:type_name -> fleetcheck.v1.EndMulti
-	34, // 11: fleetcheck.v1.Hello.labels:type_name -> fleetcheck.v1.Hello.LabelsEntry
-	12, // 12: fleetcheck.v1.Hello.inventory:type_name -> fleetcheck.v1.Inventory
-	0,  // 13: fleetcheck.v1.Hello.activity:type_name -> fleetcheck.v1.NodeActivity
-	0,  // 14: fleetcheck.v1.Heartbeat.activity:type_name -> fleetcheck.v1.NodeActivity
-	10, // 15: fleetcheck.v1.Result.checks:type_name -> fleetcheck.v1.CheckResult
-	12, // 16: fleetcheck.v1.Result.inventory:type_name -> fleetcheck.v1.Inventory
-	11, // 17: fleetcheck.v1.CheckResult.findings:type_name -> fleetcheck.v1.Finding
-	35, // 18: fleetcheck.v1.CheckResult.metrics:type_name -> fleetcheck.v1.CheckResult.MetricsEntry
-	13, // 19: fleetcheck.v1.Inventory.gpus:type_name -> fleetcheck.v1.GPU
-	14, // 20: fleetcheck.v1.Inventory.hcas:type_name -> fleetcheck.v1.HCA
-	15, // 21: fleetcheck.v1.HCA.ports:type_name -> fleetcheck.v1.Port
-	36, // 22: fleetcheck.v1.RunChecks.params:type_name -> fleetcheck.v1.RunChecks.ParamsEntry
-	1,  // 23: fleetcheck.v1.RunChecks.role:type_name -> fleetcheck.v1.MultiRole
-	10, // 24: fleetcheck.v1.EndMulti.check:type_name -> fleetcheck.v1.CheckResult
-	37, // 25: fleetcheck.v1.RunAction.params:type_name -> fleetcheck.v1.RunAction.ParamsEntry
-	2,  // 26: fleetcheck.v1.ActionStatus.state:type_name -> fleetcheck.v1.ActionStatus.State
-	3,  // 27: fleetcheck.v1.WorkStatus.state:type_name -> fleetcheck.v1.WorkStatus.State
-	38, // 28: fleetcheck.v1.NodeSummary.labels:type_name -> fleetcheck.v1.NodeSummary.LabelsEntry
-	22, // 29: fleetcheck.v1.ListNodesResponse.nodes:type_name -> fleetcheck.v1.NodeSummary
-	10, // 30: fleetcheck.v1.StoredCheckResult.check:type_name -> fleetcheck.v1.CheckResult
-	26, // 31: fleetcheck.v1.ListResultsResponse.results:type_name -> fleetcheck.v1.StoredCheckResult
-	30, // 32: fleetcheck.v1.RunCheckProgress.outcomes:type_name -> fleetcheck.v1.NodeOutcome
-	31, // 33: fleetcheck.v1.ListEventsResponse.events:type_name -> fleetcheck.v1.Event
-	4,  // 34: fleetcheck.v1.AgentService.Connect:input_type -> fleetcheck.v1.AgentMessage
-	23, // 35: fleetcheck.v1.OperatorService.ListNodes:input_type -> fleetcheck.v1.ListNodesRequest
-	25, // 36: fleetcheck.v1.OperatorService.ListResults:input_type -> fleetcheck.v1.ListResultsRequest
-	28, // 37: fleetcheck.v1.OperatorService.RunCheck:input_type -> fleetcheck.v1.RunCheckRequest
-	32, // 38: fleetcheck.v1.OperatorService.ListEvents:input_type -> fleetcheck.v1.ListEventsRequest
-	5,  // 39: fleetcheck.v1.AgentService.Connect:output_type -> fleetcheck.v1.CoordinatorMessage
-	24, // 40: fleetcheck.v1.OperatorService.ListNodes:output_type -> fleetcheck.v1.ListNodesResponse
-	27, // 41: fleetcheck.v1.OperatorService.ListResults:output_type -> fleetcheck.v1.ListResultsResponse
-	29, // 42: fleetcheck.v1.OperatorService.RunCheck:output_type -> fleetcheck.v1.RunCheckProgress
-	33, // 43: fleetcheck.v1.OperatorService.ListEvents:output_type -> fleetcheck.v1.ListEventsResponse
-	39, // [39:44] is the sub-list for method output_type
-	34, // [34:39] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	7,  // 0: fleetcheck.v1.AgentMessage.hello:type_name -> fleetcheck.v1.Hello
+	10, // 1: fleetcheck.v1.AgentMessage.result:type_name -> fleetcheck.v1.Result
+	22, // 2: fleetcheck.v1.AgentMessage.work_status:type_name -> fleetcheck.v1.WorkStatus
+	9,  // 3: fleetcheck.v1.AgentMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
+	21, // 4: fleetcheck.v1.AgentMessage.action_status:type_name -> fleetcheck.v1.ActionStatus
+	24, // 5: fleetcheck.v1.AgentMessage.gossip_key_status:type_name -> fleetcheck.v1.GossipKeyStatus
+	8,  // 6: fleetcheck.v1.CoordinatorMessage.welcome:type_name -> fleetcheck.v1.Welcome
+	17, // 7: fleetcheck.v1.CoordinatorMessage.ack:type_name -> fleetcheck.v1.Ack
+	18, // 8: fleetcheck.v1.CoordinatorMessage.run_checks:type_name -> fleetcheck.v1.RunChecks
+	9,  // 9: fleetcheck.v1.CoordinatorMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
+	20, // 10: fleetcheck.v1.CoordinatorMessage.run_action:type_name -> fleetcheck.v1.RunAction
+	19, // 11: fleetcheck.v1.CoordinatorMessage.end_multi:type_name -> fleetcheck.v1.EndMulti
+	23, // 12: fleetcheck.v1.CoordinatorMessage.gossip_key:type_name -> fleetcheck.v1.GossipKeyOp
+	43, // 13: fleetcheck.v1.Hello.labels:type_name -> fleetcheck.v1.Hello.LabelsEntry
+	13, // 14: fleetcheck.v1.Hello.inventory:type_name -> fleetcheck.v1.Inventory
+	0,  // 15: fleetcheck.v1.Hello.activity:type_name -> fleetcheck.v1.NodeActivity
+	0,  // 16: fleetcheck.v1.Heartbeat.activity:type_name -> fleetcheck.v1.NodeActivity
+	11, // 17: fleetcheck.v1.Result.checks:type_name -> fleetcheck.v1.CheckResult
+	13, // 18: fleetcheck.v1.Result.inventory:type_name -> fleetcheck.v1.Inventory
+	12, // 19: fleetcheck.v1.CheckResult.findings:type_name -> fleetcheck.v1.Finding
+	44, // 20: fleetcheck.v1.CheckResult.metrics:type_name -> fleetcheck.v1.CheckResult.MetricsEntry
+	14, // 21: fleetcheck.v1.Inventory.gpus:type_name -> fleetcheck.v1.GPU
+	15, // 22: fleetcheck.v1.Inventory.hcas:type_name -> fleetcheck.v1.HCA
+	16, // 23: fleetcheck.v1.HCA.ports:type_name -> fleetcheck.v1.Port
+	45, // 24: fleetcheck.v1.RunChecks.params:type_name -> fleetcheck.v1.RunChecks.ParamsEntry
+	1,  // 25: fleetcheck.v1.RunChecks.role:type_name -> fleetcheck.v1.MultiRole
+	11, // 26: fleetcheck.v1.EndMulti.check:type_name -> fleetcheck.v1.CheckResult
+	46, // 27: fleetcheck.v1.RunAction.params:type_name -> fleetcheck.v1.RunAction.ParamsEntry
+	2,  // 28: fleetcheck.v1.ActionStatus.state:type_name -> fleetcheck.v1.ActionStatus.State
+	3,  // 29: fleetcheck.v1.WorkStatus.state:type_name -> fleetcheck.v1.WorkStatus.State
+	4,  // 30: fleetcheck.v1.GossipKeyOp.op:type_name -> fleetcheck.v1.GossipKeyOp.Op
+	47, // 31: fleetcheck.v1.GossipMember.labels:type_name -> fleetcheck.v1.GossipMember.LabelsEntry
+	26, // 32: fleetcheck.v1.GossipMembersResponse.members:type_name -> fleetcheck.v1.GossipMember
+	4,  // 33: fleetcheck.v1.GossipKeysRequest.op:type_name -> fleetcheck.v1.GossipKeyOp.Op
+	29, // 34: fleetcheck.v1.GossipKeysResponse.nodes:type_name -> fleetcheck.v1.GossipKeyNodeStatus
+	48, // 35: fleetcheck.v1.NodeSummary.labels:type_name -> fleetcheck.v1.NodeSummary.LabelsEntry
+	31, // 36: fleetcheck.v1.ListNodesResponse.nodes:type_name -> fleetcheck.v1.NodeSummary
+	11, // 37: fleetcheck.v1.StoredCheckResult.check:type_name -> fleetcheck.v1.CheckResult
+	35, // 38: fleetcheck.v1.ListResultsResponse.results:type_name -> fleetcheck.v1.StoredCheckResult
+	39, // 39: fleetcheck.v1.RunCheckProgress.outcomes:type_name -> fleetcheck.v1.NodeOutcome
+	40, // 40: fleetcheck.v1.ListEventsResponse.events:type_name -> fleetcheck.v1.Event
+	5,  // 41: fleetcheck.v1.AgentService.Connect:input_type -> fleetcheck.v1.AgentMessage
+	32, // 42: fleetcheck.v1.OperatorService.ListNodes:input_type -> fleetcheck.v1.ListNodesRequest
+	34, // 43: fleetcheck.v1.OperatorService.ListResults:input_type -> fleetcheck.v1.ListResultsRequest
+	37, // 44: fleetcheck.v1.OperatorService.RunCheck:input_type -> fleetcheck.v1.RunCheckRequest
+	41, // 45: fleetcheck.v1.OperatorService.ListEvents:input_type -> fleetcheck.v1.ListEventsRequest
+	25, // 46: fleetcheck.v1.OperatorService.GossipMembers:input_type -> fleetcheck.v1.GossipMembersRequest
+	28, // 47: fleetcheck.v1.OperatorService.GossipKeys:input_type -> fleetcheck.v1.GossipKeysRequest
+	6,  // 48: fleetcheck.v1.AgentService.Connect:output_type -> fleetcheck.v1.CoordinatorMessage
+	33, // 49: fleetcheck.v1.OperatorService.ListNodes:output_type -> fleetcheck.v1.ListNodesResponse
+	36, // 50: fleetcheck.v1.OperatorService.ListResults:output_type -> fleetcheck.v1.ListResultsResponse
+	38, // 51: fleetcheck.v1.OperatorService.RunCheck:output_type -> fleetcheck.v1.RunCheckProgress
+	42, // 52: fleetcheck.v1.OperatorService.ListEvents:output_type -> fleetcheck.v1.ListEventsResponse
+	27, // 53: fleetcheck.v1.OperatorService.GossipMembers:output_type -> fleetcheck.v1.GossipMembersResponse
+	30, // 54: fleetcheck.v1.OperatorService.GossipKeys:output_type -> fleetcheck.v1.GossipKeysResponse
+	48, // [48:55] is the sub-list for method output_type
+	41, // [41:48] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_fleetcheck_v1_fleetcheck_proto_init() }
@@ -3034,6 +3688,7 @@ func file_fleetcheck_v1_fleetcheck_proto_init() {
 		(*AgentMessage_WorkStatus)(nil),
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_ActionStatus)(nil),
+		(*AgentMessage_GossipKeyStatus)(nil),
 	}
 	file_fleetcheck_v1_fleetcheck_proto_msgTypes[1].OneofWrappers = []any{
 		(*CoordinatorMessage_Welcome)(nil),
@@ -3042,14 +3697,15 @@ func file_fleetcheck_v1_fleetcheck_proto_init() {
 		(*CoordinatorMessage_Heartbeat)(nil),
 		(*CoordinatorMessage_RunAction)(nil),
 		(*CoordinatorMessage_EndMulti)(nil),
+		(*CoordinatorMessage_GossipKey)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetcheck_v1_fleetcheck_proto_rawDesc), len(file_fleetcheck_v1_fleetcheck_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   35,
+			NumEnums:      5,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -125,10 +125,12 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	OperatorService_ListNodes_FullMethodName   = "/fleetcheck.v1.OperatorService/ListNodes"
-	OperatorService_ListResults_FullMethodName = "/fleetcheck.v1.OperatorService/ListResults"
-	OperatorService_RunCheck_FullMethodName    = "/fleetcheck.v1.OperatorService/RunCheck"
-	OperatorService_ListEvents_FullMethodName  = "/fleetcheck.v1.OperatorService/ListEvents"
+	OperatorService_ListNodes_FullMethodName     = "/fleetcheck.v1.OperatorService/ListNodes"
+	OperatorService_ListResults_FullMethodName   = "/fleetcheck.v1.OperatorService/ListResults"
+	OperatorService_RunCheck_FullMethodName      = "/fleetcheck.v1.OperatorService/RunCheck"
+	OperatorService_ListEvents_FullMethodName    = "/fleetcheck.v1.OperatorService/ListEvents"
+	OperatorService_GossipMembers_FullMethodName = "/fleetcheck.v1.OperatorService/GossipMembers"
+	OperatorService_GossipKeys_FullMethodName    = "/fleetcheck.v1.OperatorService/GossipKeys"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -141,6 +143,12 @@ type OperatorServiceClient interface {
 	// progress until all answered or the timeout passed.
 	RunCheck(ctx context.Context, in *RunCheckRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunCheckProgress], error)
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
+	// GossipMembers lists the coordinator's view of the gossip pool.
+	GossipMembers(ctx context.Context, in *GossipMembersRequest, opts ...grpc.CallOption) (*GossipMembersResponse, error)
+	// GossipKeys applies one keyring round (install, use, remove) on the
+	// coordinator and every connected agent with gossip, or lists the keys'
+	// fingerprints.
+	GossipKeys(ctx context.Context, in *GossipKeysRequest, opts ...grpc.CallOption) (*GossipKeysResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -200,6 +208,26 @@ func (c *operatorServiceClient) ListEvents(ctx context.Context, in *ListEventsRe
 	return out, nil
 }
 
+func (c *operatorServiceClient) GossipMembers(ctx context.Context, in *GossipMembersRequest, opts ...grpc.CallOption) (*GossipMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GossipMembersResponse)
+	err := c.cc.Invoke(ctx, OperatorService_GossipMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) GossipKeys(ctx context.Context, in *GossipKeysRequest, opts ...grpc.CallOption) (*GossipKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GossipKeysResponse)
+	err := c.cc.Invoke(ctx, OperatorService_GossipKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -210,6 +238,12 @@ type OperatorServiceServer interface {
 	// progress until all answered or the timeout passed.
 	RunCheck(*RunCheckRequest, grpc.ServerStreamingServer[RunCheckProgress]) error
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
+	// GossipMembers lists the coordinator's view of the gossip pool.
+	GossipMembers(context.Context, *GossipMembersRequest) (*GossipMembersResponse, error)
+	// GossipKeys applies one keyring round (install, use, remove) on the
+	// coordinator and every connected agent with gossip, or lists the keys'
+	// fingerprints.
+	GossipKeys(context.Context, *GossipKeysRequest) (*GossipKeysResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -231,6 +265,12 @@ func (UnimplementedOperatorServiceServer) RunCheck(*RunCheckRequest, grpc.Server
 }
 func (UnimplementedOperatorServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
+}
+func (UnimplementedOperatorServiceServer) GossipMembers(context.Context, *GossipMembersRequest) (*GossipMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GossipMembers not implemented")
+}
+func (UnimplementedOperatorServiceServer) GossipKeys(context.Context, *GossipKeysRequest) (*GossipKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GossipKeys not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -318,6 +358,42 @@ func _OperatorService_ListEvents_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_GossipMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GossipMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).GossipMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_GossipMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).GossipMembers(ctx, req.(*GossipMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_GossipKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GossipKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).GossipKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_GossipKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).GossipKeys(ctx, req.(*GossipKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -336,6 +412,14 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListEvents",
 			Handler:    _OperatorService_ListEvents_Handler,
+		},
+		{
+			MethodName: "GossipMembers",
+			Handler:    _OperatorService_GossipMembers_Handler,
+		},
+		{
+			MethodName: "GossipKeys",
+			Handler:    _OperatorService_GossipKeys_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,188 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/membership"
+	"github.com/fleetcheck/fleetcheck/store"
+)
+
+// Gossip is a liveness hint (membership package doc): a member reported
+// dead marks its node unreachable and one back alive clears that, and
+// nothing else. Gossip never drains, decides a result or moves a campaign:
+// campaigns see the state the agent stream and the results give (fleet.go).
+//
+// Gossip meta (labels, versions) is shown by GossipMembers but never
+// replaces what the node's authenticated stream said: without a keyring
+// anyone on the network can gossip, and with one any member can claim any
+// name.
+
+// gossipKeyringFile is where a rotation leaves the coordinator's keyring,
+// so a restart after a rotation starts with the rotated keys.
+const gossipKeyringFile = "gossip.keyring"
+
+// gossipCause prefixes the reasons of states gossip set, so that only
+// those are cleared when the member is alive again.
+const gossipCause = "gossip: "
+
+// startGossip joins (forms) the pool when the config turns gossip on.
+func (s *Server) startGossip() error {
+	g := s.cfg.Gossip
+	if !g.Enabled() {
+		return nil
+	}
+	keys, from, err := membership.LoadKeyring(g.KeyringFile, filepath.Join(s.cfg.DataDir, gossipKeyringFile))
+	if err != nil {
+		return fmt.Errorf("gossip keyring: %w", err)
+	}
+	name := g.Name
+	if name == "" {
+		name = DefaultGossipName
+	}
+	mc, err := g.Config(name, membership.Meta{Role: membership.RoleCoordinator, AgentVersion: s.opts.Version,
+		ProtocolVersion: ProtocolVersion}, keys)
+	if err != nil {
+		return err
+	}
+	if s.opts.Gossip != nil {
+		s.opts.Gossip(&mc)
+	}
+	pool, err := membership.New(mc, s.log, gossipEvents{s: s, self: name})
+	if err != nil {
+		return err
+	}
+	s.gossip.Store(pool)
+	ev := s.log.Info().Str("addr", pool.LocalMember().Addr).Bool("encrypted", len(keys) > 0)
+	if from != "" {
+		ev = ev.Str("keyring", from)
+	}
+	ev.Msg("gossip pool formed")
+	return nil
+}
+
+// stopGossip leaves the pool so agents see the coordinator left rather
+// than failed. Queued events are delivered first: the store is still open.
+func (s *Server) stopGossip() {
+	pool := s.gossip.Load()
+	if pool == nil {
+		return
+	}
+	if err := pool.Leave(time.Second); err != nil {
+		s.log.Debug().Err(err).Msg("gossip leave")
+	}
+	if err := pool.Shutdown(); err != nil {
+		s.log.Warn().Err(err).Msg("gossip shutdown")
+	}
+}
+
+// GossipAddr is the coordinator's advertised gossip address, "" when off.
+func (s *Server) GossipAddr() string {
+	if pool := s.gossip.Load(); pool != nil {
+		return pool.LocalMember().Addr
+	}
+	return ""
+}
+
+// GossipPool is the coordinator's gossip membership, nil when off.
+func (s *Server) GossipPool() *membership.Pool { return s.gossip.Load() }
+
+// gossipEvents turns membership events into node-state hints.
+type gossipEvents struct {
+	s    *Server
+	self string
+}
+
+func (g gossipEvents) relevant(m membership.Member) bool {
+	return m.Name != g.self && m.Meta.Role == membership.RoleAgent
+}
+
+func (g gossipEvents) NodeLeft(m membership.Member) {
+	if !g.relevant(m) {
+		return
+	}
+	s := g.s
+	e := s.reg.lookup(m.Name)
+	if e == nil {
+		s.log.Debug().Str("member", m.Name).Str("state", m.State.String()).Msg("gossip: member with no node record")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	now := s.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.gossip, e.gossipSince = m.State, now
+	if m.State == membership.StateLeft {
+		// A clean stop: the stream's end says the rest.
+		s.event(ctx, m.Name, store.EventConnection, "gossip", "left the gossip pool")
+		return
+	}
+	if campaignOwned(e.state) || e.state == "" {
+		return
+	}
+	state, reason := e.liveState()
+	s.setState(ctx, e, state, reason, reason, nil, now)
+}
+
+func (g gossipEvents) NodeJoined(m membership.Member) {
+	if !g.relevant(m) {
+		return
+	}
+	s := g.s
+	e := s.reg.lookup(m.Name)
+	if e == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	wasDead := e.gossip == membership.StateDead
+	e.gossip, e.gossipSince, e.gossipMeta = membership.StateAlive, s.now(), m.Meta
+	// Only a state gossip set is cleared, and only while the stream is up:
+	// without it the node stays unreachable for the stream's reason.
+	if wasDead && e.sess != nil && !campaignOwned(e.state) && strings.HasPrefix(e.reason, gossipCause) {
+		state, reason := e.liveState()
+		s.setState(ctx, e, state, reason, "gossip: member answers probes again", nil, s.now())
+	}
+}
+
+func (g gossipEvents) NodeUpdated(m membership.Member) {
+	if !g.relevant(m) {
+		return
+	}
+	if e := g.s.reg.lookup(m.Name); e != nil {
+		e.mu.Lock()
+		e.gossipMeta = m.Meta
+		e.mu.Unlock()
+	}
+}
+
+// liveState is the state a node's results give, except that a node gossip
+// reports dead is unreachable unless its results say failed (the stronger
+// evidence). e.mu is held.
+func (e *nodeEntry) liveState() (string, string) {
+	state, reason := deriveState(e.checks, e.hasFull)
+	if e.gossip != membership.StateDead || state == StateFailed {
+		return state, reason
+	}
+	why := gossipCause + "member stopped answering probes"
+	if e.sess != nil {
+		why += "; agent stream still connected"
+	}
+	return StateUnreachable, why
+}
+
+// streamState is the state campaigns see: what the stream and results
+// give, without the gossip hint. e.mu is held.
+func (e *nodeEntry) streamState() string {
+	if e.state == StateUnreachable && e.sess != nil && strings.HasPrefix(e.reason, gossipCause) {
+		state, _ := deriveState(e.checks, e.hasFull)
+		return state
+	}
+	return e.state
+}
