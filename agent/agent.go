@@ -36,6 +36,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/host"
 	"github.com/fleetcheck/fleetcheck/inspect"
+	"github.com/fleetcheck/fleetcheck/membership"
 	"github.com/fleetcheck/fleetcheck/report"
 )
 
@@ -55,6 +56,7 @@ type options struct {
 	healthyAfter time.Duration
 	ackTimeout   time.Duration
 	window       int
+	gossipTune   func(*membership.Config)
 }
 
 // WithVersion sets the agent version the hello declares.
@@ -67,6 +69,12 @@ func WithBackoff(b Backoff) Option { return func(o *options) { o.backoff = b } }
 // WithActivitySource replaces how the agent learns the node's activity
 // (default: the activity file, then the config's activity).
 func WithActivitySource(s ActivitySource) Option { return func(o *options) { o.activity = s } }
+
+// WithGossipConfig adjusts the gossip pool's configuration before it
+// starts (tests and the demo: transport, timings).
+func WithGossipConfig(f func(*membership.Config)) Option {
+	return func(o *options) { o.gossipTune = f }
+}
 
 // WithMetrics hands the agent's measurements to m (the /metrics exporter).
 func WithMetrics(m Metrics) Option { return func(o *options) { o.metrics = m } }

@@ -72,6 +72,9 @@ func (a *Agent) startGossip() {
 		a.log.Error().Err(err).Msg("gossip off: bad configuration")
 		return
 	}
+	if a.o.gossipTune != nil {
+		a.o.gossipTune(&mc)
+	}
 	counts := &gossipCounts{m: a.o.metrics, states: map[string]gossipSeen{}}
 	pool, err := membership.New(mc, a.log, membership.EventFuncs{
 		Joined: counts.seen, Left: counts.seen, Updated: counts.seen,

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/coordinator"
 	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/membership"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/report"
 	"github.com/fleetcheck/fleetcheck/sim"
@@ -74,7 +75,10 @@ type Result struct {
 		Coordinator string  `json:"coordinator"`
 		CheckedIn   string  `json:"fleet_check_duration"`
 	} `json:"scenario"`
-	Nodes []NodeResult `json:"nodes"`
+	// Gossip is the partition step: one healthy node's gossip cut while
+	// its agent stream stays up, then healed.
+	Gossip *GossipStep  `json:"gossip,omitempty"`
+	Nodes  []NodeResult `json:"nodes"`
 	// Caught counts injected faults whose expected check failed on the node.
 	Caught int `json:"caught"`
 }
@@ -124,6 +128,18 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	// Gossip runs on real loopback sockets behind a fault network, so the
+	// scenario can partition one node's gossip.
+	faults := membership.NewFaultNetwork()
+	defer faults.Close()
+	gossipTune := func(c *membership.Config) error {
+		demoGossipTimings(c)
+		t, err := faults.LoopbackTransport(opts.Logger)
+		c.Transport = t
+		return err
+	}
+	var tuneErr error
+
 	// Loopback only, bind and advertise: nothing leaves this machine.
 	srv, err := coordinator.New(coordinator.Config{
 		Listen:            "127.0.0.1:0",
@@ -131,18 +147,27 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		DataDir:           filepath.Join(dir, "coordinator"),
 		HeartbeatInterval: time.Second,
 		Insecure:          true,
-	}, coordinator.Options{Logger: opts.Logger, Version: opts.Version})
+		Gossip:            loopbackGossip(),
+	}, coordinator.Options{Logger: opts.Logger, Version: opts.Version,
+		Gossip: func(c *membership.Config) { tuneErr = errors.Join(tuneErr, gossipTune(c)) }})
 	if err != nil {
 		return nil, fmt.Errorf("demo: coordinator: %w", err)
 	}
 	if err := srv.Start(ctx); err != nil {
 		return nil, fmt.Errorf("demo: start coordinator: %w", err)
 	}
+	if tuneErr != nil {
+		return nil, fmt.Errorf("demo: %w", tuneErr)
+	}
 	defer srv.Stop(context.Background())
 	addr := srv.GRPCAddr().String()
 	say("coordinator listening on %s (plaintext, loopback only; data in %s)", addr, dir)
 
-	nodes, err := startFleet(ctx, opts, dir, addr)
+	nodes, err := startFleet(ctx, opts, dir, addr, func(c *membership.Config) {
+		if err := gossipTune(c); err != nil {
+			opts.Logger.Error().Err(err).Msg("demo gossip transport")
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +220,12 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err := collectNodes(ctx, srv.Store(), final, res); err != nil {
 		return nil, err
 	}
+	if len(nodes) > len(faultPlan) {
+		victim := nodes[order[len(faultPlan)]].sim.Name()
+		if res.Gossip, err = partitionStep(ctx, srv, faults, victim, say); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Serve {
 		say("serving until interrupted: try `fleetcheck nodes --insecure --coordinator %s`", addr)
 		<-ctx.Done()
@@ -207,7 +238,7 @@ type fleetNode struct {
 	agent *agent.Agent
 }
 
-func startFleet(ctx context.Context, opts Options, dir, addr string) ([]fleetNode, error) {
+func startFleet(ctx context.Context, opts Options, dir, addr string, gossipTune func(*membership.Config)) ([]fleetNode, error) {
 	var out []fleetNode
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("gpu-%03d", i+1)
@@ -231,8 +262,10 @@ func startFleet(ctx context.Context, opts Options, dir, addr string) ([]fleetNod
 		cfg.Interval = config.Duration(10 * time.Minute)
 		cfg.Activity = agent.ActivityIdle
 		cfg.Checks.Expect = config.Expect{GPUCount: 8, IBPorts: 8, IBRateGbps: 400}
+		// No join address: agents join the one the coordinator announces.
+		cfg.Gossip = loopbackGossip()
 		a, err := agent.New(cfg, timeoutHost{n}, opts.Logger.With().Str("node", name).Logger(),
-			agent.WithVersion(opts.Version),
+			agent.WithVersion(opts.Version), agent.WithGossipConfig(gossipTune),
 			agent.WithBackoff(agent.ExpBackoff{Initial: 50 * time.Millisecond, Max: time.Second}))
 		if err != nil {
 			return nil, fmt.Errorf("demo: agent %s: %w", name, err)
@@ -395,7 +428,15 @@ func WriteTable(w io.Writer, r *Result) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d of %d injected faults caught by the check that should catch them; fleet check took %s.\n",
-		r.Caught, len(r.Scenario.Faults), r.Scenario.CheckedIn)
-	return err
+	if _, err := fmt.Fprintf(w, "\n%d of %d injected faults caught by the check that should catch them; fleet check took %s.\n",
+		r.Caught, len(r.Scenario.Faults), r.Scenario.CheckedIn); err != nil {
+		return err
+	}
+	if g := r.Gossip; g != nil {
+		if _, err := fmt.Fprintf(w, "gossip partition of %s (agent stream up: %v): unreachable after %s, healthy again %s after the heal.\n",
+			g.Node, g.StreamUp, g.Detected, g.Cleared); err != nil {
+			return err
+		}
+	}
+	return nil
 }

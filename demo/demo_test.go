@@ -46,7 +46,15 @@ func TestDemoCatchesEveryInjectedFault(t *testing.T) {
 	if err := WriteTable(&buf, res); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "injected faults caught") {
+	if !strings.Contains(buf.String(), "injected faults caught") || !strings.Contains(buf.String(), "gossip partition of") {
 		t.Errorf("table:\n%s", buf.String())
+	}
+	// The partition step: gossip alone saw it, and it was only a hint.
+	g := res.Gossip
+	if g == nil {
+		t.Fatal("no gossip partition step with 8 nodes")
+	}
+	if faulted[g.Node] || !g.StreamUp || !strings.HasPrefix(g.Reason, "gossip:") {
+		t.Errorf("gossip step = %+v, want a healthy node cut with its stream up and a gossip reason", g)
 	}
 }

@@ -2,12 +2,14 @@ package membership
 
 import (
 	"fmt"
+	"log"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/rs/zerolog"
 )
 
 // FaultNetwork cuts gossip between members for tests and demo drills: it
@@ -269,4 +271,19 @@ func (t *faultTransport) forwardStreams() {
 			return
 		}
 	}
+}
+
+// LoopbackTransport is a real UDP/TCP transport on 127.0.0.1 (a port the
+// kernel picks) behind this network's faults, so that the demo and the
+// integration tests can partition real sockets. Its log lines go to logger
+// like memberlist's own.
+func (f *FaultNetwork) LoopbackTransport(logger zerolog.Logger) (memberlist.NodeAwareTransport, error) {
+	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+		BindAddrs: []string{"127.0.0.1"},
+		Logger:    log.New(newLogWriter(logger.With().Str("component", "membership").Logger()), "", 0),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loopback gossip transport: %w", err)
+	}
+	return f.Wrap(nt), nil
 }
