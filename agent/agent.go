@@ -355,9 +355,12 @@ func (a *Agent) inspectOn(ctx context.Context, h host.Host, cfg *config.Config, 
 	res := inspect.Run(ctx, h, inspect.Options{Config: cfg, Checks: list, Prev: prev})
 	finished := time.Now()
 	res.Report.Node = a.cfg.Node
-	full := len(a.allPassive) > 0
-	for name := range a.allPassive {
-		if !slices.ContainsFunc(list, func(c checks.Check) bool { return c.Name() == name }) {
+	// Full: every passive check this agent's config enables ran. Not every
+	// passive check there is: a node whose operator disabled one would
+	// otherwise never send a full result and stay initializing for ever.
+	full := len(a.passive) > 0
+	for _, p := range a.passive {
+		if !slices.ContainsFunc(list, func(c checks.Check) bool { return c.Name() == p.Name() }) {
 			full = false
 			break
 		}

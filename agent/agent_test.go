@@ -570,3 +570,23 @@ func TestAdmitTimeouts(t *testing.T) {
 		t.Errorf("empty request: %d checks (%q), want the %d passive", len(list), reason, len(a.passive))
 	}
 }
+
+// A node whose config leaves a passive check out still sends full results:
+// full means every enabled passive check ran, or the node would never be
+// healthy at the coordinator.
+func TestScheduledResultFullWithSubsetEnabled(t *testing.T) {
+	tn := &testNet{}
+	c := newFakeCoord()
+	tn.serve(t, c)
+	cfg := testConfig(t)
+	cfg.EnabledChecks = []string{"gpu.inventory", "gpu.ecc"}
+	startAgent(t, cfg, &fakeHost{}, tn)
+	waitFor(t, "a scheduled result", 10*time.Second, func() bool { return c.stored() >= 1 })
+	c.get(func(c *fakeCoord) {
+		for _, r := range c.results {
+			if !r.GetFull() || len(r.GetChecks()) != 2 {
+				t.Errorf("scheduled result with 2 enabled passive checks: full=%v checks=%d", r.GetFull(), len(r.GetChecks()))
+			}
+		}
+	})
+}

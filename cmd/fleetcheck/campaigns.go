@@ -524,7 +524,9 @@ func newRolloutCmd() *cobra.Command {
 }
 
 func rolloutStatusTable(w, term io.Writer, s rollout.Status) error {
-	done := s.Counts[rollout.State("done")] + s.Counts[rollout.State("failed")] + s.Counts[rollout.State("skipped")]
+	// Settled nodes: a rollback turns done nodes back into pending ones
+	// that end rolled-back (or failed), so those count too.
+	done := s.Counts[rollout.Done] + s.Counts[rollout.Failed] + s.Counts[rollout.Skipped] + s.Counts[rollout.RolledBack]
 	fmt.Fprintf(w, "rollout %s (%s) to driver %s: %s%s, wave %d, %s, unavailable %d/%s\n", s.ID, orDash(s.Name), s.Driver,
 		s.Phase, map[bool]string{true: " (paused: " + s.PauseReason + ")", false: ""}[s.Paused], s.Wave,
 		progressBar(term, done, len(s.Nodes)), s.Unavailable, s.MaxUnavailable)
