@@ -43,6 +43,9 @@ The config is YAML:
     ca_file: ca.crt
     trust_domain: fleet.example.net
   # insecure: true              # instead of tls: plaintext, no authorization (demos, tests)
+  gossip:                       # optional: dead or partitioned nodes marked unreachable in seconds (docs/gossip.md)
+    bind: 10.0.0.5:7946         # explicit address, UDP and TCP; agents join the address Welcome announces
+    keyring_file: gossip.keys   # optional encryption; rotate with fleetcheck gossip keys
 
 Relative paths are relative to the config file. Certificate files replaced on disk
 are served from the next handshake on, without a restart. /metrics (Prometheus) is
