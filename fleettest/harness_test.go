@@ -89,6 +89,10 @@ type fleet struct {
 	dir  string
 	logs *logBuffer
 
+	// tune, when set, adjusts every coordinator's config and options
+	// before it starts (gossip, mutual TLS: gossip_test.go).
+	tune func(*coordinator.Config, *coordinator.Options)
+
 	mu   sync.Mutex
 	addr string // "127.0.0.1:0" until the first start picks a port
 	srv  *coordinator.Server
@@ -96,7 +100,14 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	t.Helper()
-	f := &fleet{t: t, dir: t.TempDir(), logs: &logBuffer{}, addr: "127.0.0.1:0"}
+	return newFleetWith(t, nil)
+}
+
+// newFleetWith is newFleet with every coordinator's config and options
+// adjusted by tune.
+func newFleetWith(t *testing.T, tune func(*coordinator.Config, *coordinator.Options)) *fleet {
+	t.Helper()
+	f := &fleet{t: t, dir: t.TempDir(), logs: &logBuffer{}, addr: "127.0.0.1:0", tune: tune}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("last log lines:\n%s", f.logs.tail(80))
@@ -127,7 +138,11 @@ func (f *fleet) startCoordinator() *coordinator.Server {
 			Listen: f.addr, HTTPListen: "off", DataDir: f.dir,
 			HeartbeatInterval: heartbeat, Insecure: true,
 		}
-		srv, err := coordinator.New(cfg, coordinator.Options{Logger: f.logger("coordinator"), Version: "fleettest"})
+		opts := coordinator.Options{Logger: f.logger("coordinator"), Version: "fleettest"}
+		if f.tune != nil {
+			f.tune(&cfg, &opts)
+		}
+		srv, err := coordinator.New(cfg, opts)
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -218,6 +233,8 @@ type node struct {
 	tap  *tap
 	gate *gate
 	m    *meter
+	// extra options for every start of the agent (gossip_test.go).
+	extra []agent.Option
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -277,7 +294,7 @@ func (f *fleet) newNode(name string, spec func(*sim.Spec), opts ...nodeOpt) *nod
 // restart on the same state directory (spool and counter state kept).
 func (n *node) start() {
 	n.f.t.Helper()
-	a, err := agent.New(n.cfg, n.sim, n.f.logger("agent"),
+	opts := append([]agent.Option{
 		agent.WithVersion("fleettest"),
 		agent.WithBackoff(fixedBackoff(retryEvery)),
 		agent.WithMetrics(n.m),
@@ -285,7 +302,8 @@ func (n *node) start() {
 			grpc.WithContextDialer(n.gate.dial),
 			grpc.WithChainStreamInterceptor(n.tap.intercept),
 		),
-	)
+	}, n.extra...)
+	a, err := agent.New(n.cfg, n.sim, n.f.logger("agent"), opts...)
 	if err != nil {
 		n.f.t.Fatal(err)
 	}
