@@ -75,7 +75,14 @@ func OpenWithLimits(p string, lim Limits) (*Bundle, error) {
 		return nil, fmt.Errorf("open bundle: %w", err)
 	}
 	if st.IsDir() {
-		return FromFS(os.DirFS(p))
+		// os.Root, not os.DirFS: a symlink in a directory bundle may not
+		// lead out of it. A bundle from another machine is untrusted input,
+		// and a link to /etc/shadow must not end up in a report.
+		root, err := os.OpenRoot(p)
+		if err != nil {
+			return nil, fmt.Errorf("open bundle: %w", err)
+		}
+		return FromFS(root.FS())
 	}
 	f, err := os.Open(p)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,4 +240,33 @@ func FuzzUnpack(f *testing.F) {
 			return nil
 		})
 	})
+}
+
+// A directory bundle's symlinks may not lead out of it; inside, they work.
+func TestDirectoryBundleLinksStayInside(t *testing.T) {
+	dir := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, []byte("root:x:0:0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "real-dmesg.txt"), []byte("[    1.0] hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, string(snapshot.SrcNvidiaSMI))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real-dmesg.txt", filepath.Join(dir, string(snapshot.SrcKernelLog))); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.Capture(context.Background(), snapshot.SrcNvidiaSMI)
+	if c.State == snapshot.StateOK || strings.Contains(string(c.Data), "root:") {
+		t.Errorf("a link out of the bundle was followed: state %s, data %q", c.State, c.Data)
+	}
+	if c := b.Capture(context.Background(), snapshot.SrcKernelLog); c.State != snapshot.StateOK || !strings.Contains(string(c.Data), "hello") {
+		t.Errorf("a link inside the bundle: state %s err %q", c.State, c.Err)
+	}
 }
