@@ -52,30 +52,39 @@ type preparedInventory struct {
 	firmware string // JSON map of HCA firmware
 }
 
-// prepare computes a validated result's rows.
-func prepare(r *Result) (*prepared, error) {
+// prepare computes a validated result's rows. The findings and metrics
+// JSON of all its checks are appended to one buffer and made into one
+// string, which the checks' columns are substrings of (jsonenc.go).
+func prepare(r *Result, orders *metricOrders) *prepared {
 	p := &prepared{checks: make([]preparedCheck, len(r.Checks)), day: r.Finished.UTC().Format(time.DateOnly)}
+	bp := jsonBufs.Get().(*[]byte)
+	buf := (*bp)[:0]
+	var endsArr [2 * 16]int
+	ends := endsArr[:0]
 	for i := range r.Checks {
 		c := &r.Checks[i]
-		findings := c.Findings
-		if findings == nil {
-			findings = []report.Finding{}
-		}
-		fj, err := json.Marshal(findings)
-		if err != nil {
-			return nil, fmt.Errorf("store result %s: check %s findings: %w", r.ID, c.Name, err)
-		}
-		mj, err := marshalMetrics(c.Metrics)
-		if err != nil {
-			return nil, fmt.Errorf("store result %s: check %s metrics: %w", r.ID, c.Name, err)
-		}
-		p.checks[i] = preparedCheck{findings: string(fj), metrics: mj, detail: CheckDetail(*c),
+		buf = appendFindingsJSON(buf, c.Findings)
+		ends = append(ends, len(buf))
+		buf = appendMetricsJSON(buf, orders, c.Name, c.Metrics)
+		ends = append(ends, len(buf))
+	}
+	all := string(buf)
+	if cap(buf) <= maxPooledJSON {
+		*bp = buf
+		jsonBufs.Put(bp)
+	}
+	start := 0
+	for i := range r.Checks {
+		c := &r.Checks[i]
+		f, m := ends[2*i], ends[2*i+1]
+		p.checks[i] = preparedCheck{findings: all[start:f], metrics: all[f:m], detail: CheckDetail(*c),
 			reason: clip(c.Reason), duration: finite(c.DurationMS)}
+		start = m
 	}
 	if r.Inventory != nil {
 		p.invSum = inventorySum(r.Inventory)
 	}
-	return p, nil
+	return p
 }
 
 // inventorySum fingerprints every field of an inventory, cheaply (no

@@ -2,11 +2,8 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"reflect"
 	"sync"
 	"testing"
@@ -14,43 +11,6 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/report"
 )
-
-func TestMarshalMetricsMatchesEncodingJSON(t *testing.T) {
-	t.Parallel()
-	rng := rand.New(rand.NewPCG(1, 2))
-	keys := []string{"gpu0.temp_c", "ib.mlx5_0.1.symbol_error", "a", "Z", "x<y", "q\"uote", "back\\slash", "ctl\x01",
-		"é.utf8", "amp&", "tab\t", "bad\xff", "del\x7f", ""}
-	values := []float64{0, math.Copysign(0, -1), 1, -1, 0.1, 1e-6, 9.99e-7, 1e-7, 1e20, 1e21, 123456789.125, -2.5e-300,
-		math.MaxFloat64, math.SmallestNonzeroFloat64, math.NaN(), math.Inf(1), math.Inf(-1), 1e308, 1.5e308, 400}
-	for i := range 500 {
-		m := map[string]float64{}
-		for range rng.IntN(20) {
-			m[keys[rng.IntN(len(keys))]+fmt.Sprint(rng.IntN(3))] = values[rng.IntN(len(values))] * float64(rng.IntN(5)+1)
-		}
-		got, err := marshalMetrics(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// What the store wrote before: encoding/json over the finite values.
-		clean := map[string]float64{}
-		for k, v := range m {
-			if finite(v) == v {
-				clean[k] = v
-			}
-		}
-		want := "{}"
-		if len(m) > 0 {
-			b, err := json.Marshal(clean)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want = string(b)
-		}
-		if got != want {
-			t.Fatalf("case %d: marshalMetrics\n got %s\nwant %s", i, got, want)
-		}
-	}
-}
 
 // fullResult is a 13-check result like an agent's quick pass, with an
 // inventory.

@@ -7,9 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -111,10 +108,7 @@ func (s *Store) Ingest(ctx context.Context, r Result) (Ack, error) {
 		r.Started = r.Finished
 	}
 	// Computed here, on the caller's goroutine, so the one writer only writes.
-	prep, err := prepare(&r)
-	if err != nil {
-		return Ack{}, err
-	}
+	prep := prepare(&r, &s.orders)
 	req := &ingestReq{r: r, prep: prep, done: make(chan struct{}), dupOf: -1}
 	s.mu.RLock()
 	if s.closed {
@@ -233,76 +227,6 @@ func (s *Store) commit(batch []*ingestReq) {
 		s.opts.OnCommit(len(batch), took)
 	}
 	s.log.Debug().Int("results", len(batch)).Dur("took", took).Msg("store: batch committed")
-}
-
-// marshalMetrics writes a check's metrics as a JSON object, byte for byte
-// as encoding/json writes the map (keys sorted, ES6 number form), without
-// its reflection: it runs for every check of every result, hundreds of
-// metrics a result. Values JSON cannot carry are dropped; the report
-// contract forbids them anyway.
-func marshalMetrics(m map[string]float64) (string, error) {
-	if len(m) == 0 {
-		return "{}", nil
-	}
-	keys := make([]string, 0, len(m))
-	size := 2
-	for k, v := range m {
-		if finite(v) == v {
-			keys = append(keys, k)
-			size += len(k) + 26
-		}
-	}
-	slices.Sort(keys)
-	var b strings.Builder // its String() does not copy
-	b.Grow(size)
-	b.WriteByte('{')
-	var num [32]byte
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		if err := writeJSONString(&b, k); err != nil {
-			return "", err
-		}
-		b.WriteByte(':')
-		b.Write(appendJSONFloat(num[:0], m[k]))
-	}
-	b.WriteByte('}')
-	return b.String(), nil
-}
-
-// writeJSONString quotes s as encoding/json does. Metric names are plain
-// ASCII and are copied; anything else goes through encoding/json.
-func writeJSONString(b *strings.Builder, s string) error {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, err := json.Marshal(s)
-			b.Write(q)
-			return err
-		}
-	}
-	b.WriteByte('"')
-	b.WriteString(s)
-	b.WriteByte('"')
-	return nil
-}
-
-// appendJSONFloat formats a finite v as encoding/json does: like
-// ECMAScript, plain decimals between 1e-6 and 1e21, exponents outside,
-// without a leading zero in the exponent.
-func appendJSONFloat(b []byte, v float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(v); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, v, format, -1, 64)
-	if format == 'e' {
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
 }
 
 func finite(v float64) float64 {

@@ -105,7 +105,8 @@ type Store struct {
 	committed atomic.Uint64
 	commitNS  atomic.Uint64
 
-	inv invCache // what the writer knows of each node's stored inventory
+	inv    invCache     // what the writer knows of each node's stored inventory
+	orders metricOrders // each check's metric names in JSON order (jsonenc.go)
 }
 
 // Stats counts the writer's work since Open.
