@@ -75,14 +75,14 @@ func OpenWithLimits(p string, lim Limits) (*Bundle, error) {
 		return nil, fmt.Errorf("open bundle: %w", err)
 	}
 	if st.IsDir() {
-		// os.Root, not os.DirFS: a symlink in a directory bundle may not
+		// Through os.Root (dirfs.go), not os.DirFS: a symlink in a directory bundle may not
 		// lead out of it. A bundle from another machine is untrusted input,
 		// and a link to /etc/shadow must not end up in a report.
-		root, err := os.OpenRoot(p)
+		d, err := openDir(p, lim)
 		if err != nil {
 			return nil, fmt.Errorf("open bundle: %w", err)
 		}
-		return FromFS(root.FS())
+		return FromFS(d)
 	}
 	f, err := os.Open(p)
 	if err != nil {

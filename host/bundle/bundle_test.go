@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -268,5 +269,46 @@ func TestDirectoryBundleLinksStayInside(t *testing.T) {
 	}
 	if c := b.Capture(context.Background(), snapshot.SrcKernelLog); c.State != snapshot.StateOK || !strings.Contains(string(c.Data), "hello") {
 		t.Errorf("a link inside the bundle: state %s err %q", c.State, c.Err)
+	}
+}
+
+// A directory bundle reads its files ahead; what it did not (too large,
+// links) is still read, through os.Root, and reads the same.
+func TestDirectoryBundleReadAhead(t *testing.T) {
+	dir := t.TempDir()
+	big := bytes.Repeat([]byte("[    1.0] NVRM: Xid (PCI:0000:17:00): 79, GPU has fallen off the bus.\n"), 4000) // ~280 KB
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "fs/sys/bus/pci/drivers/nvidia"), 0o755))
+	must(os.MkdirAll(filepath.Join(dir, "fs/sys/bus/pci/devices/0000:17:00.0"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "dmesg.txt"), big, 0o600))
+	must(os.WriteFile(filepath.Join(dir, "fs/sys/bus/pci/devices/0000:17:00.0/current_link_width"), []byte("16\n"), 0o600))
+	must(os.Symlink("../../drivers/nvidia", filepath.Join(dir, "fs/sys/bus/pci/devices/0000:17:00.0/driver")))
+
+	for _, lim := range []Limits{DefaultLimits, {MaxEntries: 2, MaxFileBytes: 1024, MaxTotalBytes: 1 << 20}} {
+		d, err := openDir(dir, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := fs.ReadFile(d, "dmesg.txt"); err != nil || !bytes.Equal(got, big) {
+			t.Errorf("limits %+v: big file: %d bytes, %v", lim, len(got), err)
+		}
+		if got, err := fs.ReadFile(d, "fs/sys/bus/pci/devices/0000:17:00.0/current_link_width"); err != nil || string(got) != "16\n" {
+			t.Errorf("limits %+v: small file %q, %v", lim, got, err)
+		}
+		if target, err := fs.ReadLink(d, "fs/sys/bus/pci/devices/0000:17:00.0/driver"); err != nil || path.Base(target) != "nvidia" {
+			t.Errorf("limits %+v: link %q, %v", lim, target, err)
+		}
+		entries, err := fs.ReadDir(d, "fs/sys/bus/pci/devices/0000:17:00.0")
+		if err != nil || len(entries) != 2 || entries[1].Name() != "driver" || entries[1].Type()&fs.ModeSymlink == 0 {
+			t.Errorf("limits %+v: listing %v, %v", lim, entries, err)
+		}
+		if fi, err := fs.Stat(d, "fs/sys/bus/pci/devices/0000:17:00.0/driver"); err != nil || !fi.IsDir() {
+			t.Errorf("limits %+v: stat through a link inside: %v, %v", lim, fi, err)
+		}
 	}
 }
