@@ -25,7 +25,7 @@ test-short: ## tests without the race detector
 	$(GO) test -count=1 ./...
 
 bench: ## benchmarks: analyze of an 8-GPU bundle, each parser, ingest; campaigns once each on the virtual clock
-	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/... ./sim/ ./coordinator/
+	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/... ./sim/ ./store/ ./coordinator/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./sweep/ ./rollout/ ./burnin/ ./drill/
 
 demo: build ## the main job on the embedded default: a coordinator and 16 simulated nodes, faults, a fleet check
