@@ -203,7 +203,7 @@ type campaigns struct {
 // interrupted sweeps and starts the engines' loops and the schedule. With
 // no fleet only baselines are served.
 func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaigns, err error) {
-	c := &campaigns{s: s, log: s.log.With().Str("component", "campaigns").Logger(), db: st.OpenDB(),
+	c := &campaigns{s: s, log: s.log.With().Str("subsystem", "campaigns").Logger(), db: st.OpenDB(),
 		fleet: s.campaignFleet(), matrix: s.cfg.CompatMatrix}
 	defer func() {
 		if err != nil {

@@ -280,7 +280,7 @@ func (t *faultTransport) forwardStreams() {
 func (f *FaultNetwork) LoopbackTransport(logger zerolog.Logger) (memberlist.NodeAwareTransport, error) {
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{"127.0.0.1"},
-		Logger:    log.New(newLogWriter(logger.With().Str("component", "membership").Logger()), "", 0),
+		Logger:    log.New(newLogWriter(logger.With().Str("subsystem", "membership").Logger()), "", 0),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("loopback gossip transport: %w", err)

@@ -17,7 +17,7 @@ type logWriter struct {
 var _ io.Writer = logWriter{}
 
 func newLogWriter(l zerolog.Logger) logWriter {
-	return logWriter{log: l.With().Str("component", "memberlist").Logger()}
+	return logWriter{log: l.With().Str("subsystem", "memberlist").Logger()}
 }
 
 func (w logWriter) Write(p []byte) (int, error) {

@@ -43,8 +43,8 @@ func TestLogWriterLevels(t *testing.T) {
 			if len(got) != 1 {
 				t.Fatalf("got %d log lines, want 1: %v", len(got), got)
 			}
-			if got[0]["level"] != tc.level || got[0]["message"] != tc.msg || got[0]["component"] != "memberlist" {
-				t.Fatalf("got %v, want level=%s message=%q component=memberlist", got[0], tc.level, tc.msg)
+			if got[0]["level"] != tc.level || got[0]["message"] != tc.msg || got[0]["subsystem"] != "memberlist" {
+				t.Fatalf("got %v, want level=%s message=%q subsystem=memberlist", got[0], tc.level, tc.msg)
 			}
 		})
 	}
@@ -136,14 +136,14 @@ func TestPoolSendsMemberlistLogsThroughZerolog(t *testing.T) {
 	}
 	// memberlist logs each push/pull at debug.
 	eventually(t, 5*time.Second, func() bool {
-		return strings.Contains(out.String(), `"level":"debug","component":"memberlist"`)
+		return strings.Contains(out.String(), `"level":"debug","subsystem":"memberlist"`)
 	}, "no memberlist debug line in: %s", out.String())
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if strings.Contains(line, "[DEBUG]") || strings.Contains(line, "[INFO]") || strings.Contains(line, "[WARN]") || strings.Contains(line, "[ERR]") {
 			t.Fatalf("level tag left in the message: %s", line)
 		}
 	}
-	if !strings.Contains(out.String(), `"component":"membership","node":"b"`) {
+	if !strings.Contains(out.String(), `"subsystem":"membership","node":"b"`) {
 		t.Fatalf("no membership line about b in: %s", out.String())
 	}
 }

@@ -71,7 +71,7 @@ func New(cfg Config, logger zerolog.Logger, events Events) (*Pool, error) {
 	}
 	p := &Pool{
 		cfg:       cfg,
-		log:       logger.With().Str("component", "membership").Logger(),
+		log:       logger.With().Str("subsystem", "membership").Logger(),
 		meta:      meta,
 		metaValue: cfg.Meta,
 		members:   make(map[string]memberRecord),
