@@ -84,7 +84,7 @@ func (a *Agent) startGossip() {
 		return
 	}
 	if from != "" {
-		a.log.Info().Str("keyring", from).Strs("keys", fingerprints(keys)).Msg("gossip encrypted")
+		a.log.Info().Str("keyring", from).Strs("keys", membership.Fingerprints(keys)).Msg("gossip encrypted")
 	}
 	a.gossip = &gossip{pool: pool, keyring: saved}
 }
@@ -179,19 +179,11 @@ func (a *Agent) onGossipKey(op *fleetcheckv1.GossipKeyOp) *fleetcheckv1.AgentMes
 	st.Keys = int32(len(keys))
 	if err != nil {
 		st.Error = err.Error()
-		log.Warn().Err(err).Strs("keys", fingerprints(keys)).Msg("gossip key operation failed")
+		log.Warn().Err(err).Strs("keys", membership.Fingerprints(keys)).Msg("gossip key operation failed")
 		return reply
 	}
-	log.Info().Strs("keys", fingerprints(keys)).Msg("gossip key operation applied")
+	log.Info().Strs("keys", membership.Fingerprints(keys)).Msg("gossip key operation applied")
 	return reply
-}
-
-func fingerprints(keys [][]byte) []string {
-	out := make([]string, len(keys))
-	for i, k := range keys {
-		out[i] = membership.Fingerprint(k)
-	}
-	return out
 }
 
 // gossipCounts turns pool events into member counts by state for the

@@ -98,7 +98,7 @@ func (o *operatorService) GossipKeys(ctx context.Context, req *pb.GossipKeysRequ
 	}
 	op := req.GetOp()
 	if op == pb.GossipKeyOp_OP_UNSPECIFIED {
-		return &pb.GossipKeysResponse{KeyFingerprints: fingerprints(pool.Keys())}, nil
+		return &pb.GossipKeysResponse{KeyFingerprints: membership.Fingerprints(pool.Keys())}, nil
 	}
 	if s.cfg.Insecure {
 		return nil, status.Error(codes.FailedPrecondition, "gossip keys travel over the agent streams: rotation needs mTLS, and this coordinator is insecure")
@@ -147,7 +147,7 @@ func (o *operatorService) GossipKeys(ctx context.Context, req *pb.GossipKeysRequ
 	}
 	if op != pb.GossipKeyOp_OP_INSTALL {
 		if resp.Failed > 0 {
-			resp.KeyFingerprints = fingerprints(pool.Keys())
+			resp.KeyFingerprints = membership.Fingerprints(pool.Keys())
 			s.auditKeyRound(ctx, actor, verb, fp, resp, "coordinator unchanged")
 			return resp, nil
 		}
@@ -158,7 +158,7 @@ func (o *operatorService) GossipKeys(ctx context.Context, req *pb.GossipKeysRequ
 	if err := membership.WriteKeyringFile(filepath.Join(s.cfg.DataDir, gossipKeyringFile), pool.Keys()); err != nil {
 		s.log.Error().Err(err).Msg("gossip keyring not saved: a restart would start with the old keys")
 	}
-	resp.KeyFingerprints = fingerprints(pool.Keys())
+	resp.KeyFingerprints = membership.Fingerprints(pool.Keys())
 	s.auditKeyRound(ctx, actor, verb, fp, resp, "coordinator applied")
 	return resp, nil
 }
@@ -237,14 +237,6 @@ func (s *Server) keyRound(ctx context.Context, op pb.GossipKeyOp_Op, key []byte)
 		}
 	}
 	slices.SortFunc(out, func(a, b *pb.GossipKeyNodeStatus) int { return strings.Compare(a.GetNode(), b.GetNode()) })
-	return out
-}
-
-func fingerprints(keys [][]byte) []string {
-	out := make([]string, len(keys))
-	for i, k := range keys {
-		out[i] = membership.Fingerprint(k)
-	}
 	return out
 }
 

@@ -204,6 +204,15 @@ func LoadKeyring(configured, saved string) ([][]byte, string, error) {
 	return keys, use, err
 }
 
+// Fingerprints names each key, in order.
+func Fingerprints(keys [][]byte) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = Fingerprint(k)
+	}
+	return out
+}
+
 // Fingerprint names a key without revealing it: the first 8 bytes of its
 // SHA-256, hex.
 func Fingerprint(key []byte) string {
