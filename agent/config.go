@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -277,16 +276,7 @@ func DefaultConfig() *Config {
 // name becomes the hostname.
 func ParseConfig(data []byte) (*Config, error) {
 	c := DefaultConfig()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	// A second document would be ignored silently: refuse it.
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("%w: line %d: more than one YAML document", ErrInvalid, extra.Line)
-	} else if !errors.Is(err, io.EOF) {
+	if err := config.DecodeStrict(data, c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if c.Checks.Matrix != nil && c.Checks.MatrixFile != "" {

@@ -8,7 +8,6 @@
 package burnin
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -18,8 +17,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/selector"
@@ -189,18 +186,10 @@ var (
 // Unknown keys are errors: a misspelled key must not become a default.
 func ParseSpec(data []byte) (*Spec, error) {
 	var s Spec
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&s); err != nil {
+	if err := config.DecodeStrict(data, &s); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%w: empty document", ErrInvalidSpec)
 		}
-		return nil, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("%w: line %d: more than one YAML document", ErrInvalidSpec, extra.Line)
-	} else if !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if err := s.Normalize(); err != nil {

@@ -5,7 +5,6 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -184,17 +183,8 @@ var ErrInvalid = errors.New("invalid config")
 // are errors: a misspelled limit must not silently fall back to a default.
 func Parse(data []byte) (*Config, error) {
 	c := Defaults()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	// An empty file (io.EOF) is a valid config: all defaults.
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	// A second document would be ignored silently: refuse it.
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("%w: line %d: more than one YAML document", ErrInvalid, extra.Line)
-	} else if !errors.Is(err, io.EOF) {
+	if err := DecodeStrict(data, c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	// Checked here, not in Validate: Load fills Matrix from MatrixFile.

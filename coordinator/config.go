@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,8 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/membership"
 	"github.com/fleetcheck/fleetcheck/pki"
 )
@@ -194,9 +192,8 @@ func LoadConfig(path string) (Config, error) {
 // ParseConfig is LoadConfig on bytes.
 func ParseConfig(b []byte) (Config, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+	// A second document is refused too: it would be ignored.
+	if err := config.DecodeStrict(b, &c); err != nil && !errors.Is(err, io.EOF) {
 		return Config{}, fmt.Errorf("coordinator config: %w", err)
 	}
 	c = c.WithDefaults()

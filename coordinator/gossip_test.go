@@ -363,6 +363,9 @@ func TestGossipConfig(t *testing.T) {
 		{"data_dir: /x\ninsecure: true\ngossip:\n  bind: 0.0.0.0\n", "advertise"},
 		{"data_dir: /x\ninsecure: true\ngossip:\n  bind: localhost\n", "neither IP"},
 		{"data_dir: /x\ninsecure: true\ngossip:\n  bind: 127.0.0.1\n  join: [nope]\n", "join"},
+		// Shared with every config and spec (config.DecodeStrict): a second
+		// document would be ignored, so it is refused.
+		{"data_dir: /x\ninsecure: true\n---\nretention_days: 1\n", "more than one YAML document"},
 	} {
 		_, err := ParseConfig([]byte(tt.yaml))
 		switch {

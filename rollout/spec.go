@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fleetcheck/fleetcheck/compat"
+	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/selector"
 )
 
@@ -357,18 +357,12 @@ func LoadSpec(path string) (*Spec, error) {
 // ParseSpec reads one YAML document, rejects unknown keys, fills the
 // defaults and validates.
 func ParseSpec(data []byte) (*Spec, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var s Spec
-	if err := dec.Decode(&s); err != nil {
+	if err := config.DecodeStrict(data, &s); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%w: empty document", ErrInvalidSpec)
 		}
 		return nil, fmt.Errorf("%w: %s", ErrInvalidSpec, yamlMessage(err))
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("%w: more than one YAML document", ErrInvalidSpec)
 	}
 	if err := s.Validate(); err != nil {
 		return nil, err
