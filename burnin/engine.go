@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/campaign/campaigndb"
 	"github.com/fleetcheck/fleetcheck/drain"
 	"github.com/fleetcheck/fleetcheck/report"
 )
@@ -133,7 +134,7 @@ func (e *Engine) DrainRecords(ctx context.Context) ([]campaign.DrainRecord, erro
 		if err := rows.Scan(&r.Node, &r.Campaign, &at); err != nil {
 			return nil, fmt.Errorf("drain records: %w", err)
 		}
-		r.At = parseT(at)
+		r.At = campaigndb.ParseTime(at)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -211,7 +212,7 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_campaigns (`+campaignCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, '')`,
-		id, seq, name, mustJSON(spec), string(StateRunning), string(PhaseNodes), "", tstamp(now), tstamp(now)); err != nil {
+		id, seq, name, campaigndb.JSON(spec), string(StateRunning), string(PhaseNodes), "", campaigndb.Time(now), campaigndb.Time(now)); err != nil {
 		return "", fmt.Errorf("start burn-in: write campaign: %w", err)
 	}
 	var single []Step
@@ -231,7 +232,7 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 			labels = map[string]string{}
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_nodes (campaign_id, `+nodeCols+`, since) VALUES (?, ?, ?, 0, 0, ?, ?, ?, '', '', 0, '', ?, ?)`,
-			id, n.Name, string(NodePending), mustJSON(labels), mustJSON(n.Inventory), sku, tstamp(now), tstamp(now)); err != nil {
+			id, n.Name, string(NodePending), campaigndb.JSON(labels), campaigndb.JSON(n.Inventory), sku, campaigndb.Time(now), campaigndb.Time(now)); err != nil {
 			return "", fmt.Errorf("start burn-in: write node %s: %w", n.Name, err)
 		}
 		for rep := 1; rep <= spec.Repeats; rep++ {
@@ -243,7 +244,7 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 			}
 		}
 	}
-	if err := addEvent(ctx, tx, id, "", now, fmt.Sprintf("started: %d nodes, level %s, suite %s, %d repeats", len(nodes), spec.Level, spec.Suite.Name, spec.Repeats)); err != nil {
+	if err := events.Add(ctx, tx, id, "", now, fmt.Sprintf("started: %d nodes, level %s, suite %s, %d repeats", len(nodes), spec.Level, spec.Suite.Name, spec.Repeats)); err != nil {
 		return "", err
 	}
 	if err := tx.Commit(); err != nil {
@@ -280,7 +281,7 @@ func (e *Engine) busyNodes(ctx context.Context) (map[string]string, error) {
 func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
 	now := e.clock.Now()
 	res, err := e.db.ExecContext(ctx, `UPDATE burnin_campaigns SET state = ?, reason = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?`,
-		string(StateCancelled), reason, tstamp(now), tstamp(now), id, string(StateRunning))
+		string(StateCancelled), reason, campaigndb.Time(now), campaigndb.Time(now), id, string(StateRunning))
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}
@@ -290,7 +291,7 @@ func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
 		}
 		return fmt.Errorf("cancel %s: %w", id, ErrFinished)
 	}
-	if err := addEvent(ctx, e.db, id, "", now, "cancelled: "+reason); err != nil {
+	if err := events.Add(ctx, e.db, id, "", now, "cancelled: "+reason); err != nil {
 		return err
 	}
 	e.log.Info().Str("campaign", id).Str("reason", reason).Msg("burn-in cancelled")
@@ -409,10 +410,10 @@ func (e *Engine) setPhase(ctx context.Context, c campaignRow, to Phase, what str
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	state, finished := StateRunning, ""
 	if to == PhaseDone {
-		state, finished = StateDone, tstamp(now)
+		state, finished = StateDone, campaigndb.Time(now)
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE burnin_campaigns SET phase = ?, state = ?, updated_at = ?, finished_at = ? WHERE id = ? AND phase = ? AND state = ?`,
-		string(to), string(state), tstamp(now), finished, c.ID, string(c.Phase), string(StateRunning))
+		string(to), string(state), campaigndb.Time(now), finished, c.ID, string(c.Phase), string(StateRunning))
 	if err != nil {
 		return fmt.Errorf("phase %s: %w", to, err)
 	}
@@ -424,7 +425,7 @@ func (e *Engine) setPhase(ctx context.Context, c campaignRow, to Phase, what str
 			return err
 		}
 	}
-	if err := addEvent(ctx, tx, c.ID, "", now, what); err != nil {
+	if err := events.Add(ctx, tx, c.ID, "", now, what); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -552,11 +553,11 @@ func (e *Engine) nodeWork(ctx context.Context, c campaignRow, n nodeRow, steps m
 func (e *Engine) setNodeState(ctx context.Context, id, node string, st NodeState, note, what string) error {
 	now := e.clock.Now()
 	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
-		string(st), note, tstamp(now), tstamp(now), id, node); err != nil {
+		string(st), note, campaigndb.Time(now), campaigndb.Time(now), id, node); err != nil {
 		return fmt.Errorf("node %s: state %s: %w", node, st, err)
 	}
 	if what != "" {
-		return addEvent(ctx, e.db, id, node, now, what)
+		return events.Add(ctx, e.db, id, node, now, what)
 	}
 	return nil
 }
@@ -575,11 +576,11 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 	if st.Drained && !mine && n.State == NodePending {
 		// Out of service already, not by us: test it, never undrain it.
 		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, drained_by_us = 0, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
-			string(NodeTesting), "already out of service: "+st.Reason, tstamp(now), tstamp(now), c.ID, n.Node); err != nil {
+			string(NodeTesting), "already out of service: "+st.Reason, campaigndb.Time(now), campaigndb.Time(now), c.ID, n.Node); err != nil {
 			return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 		}
 		log.Info().Str("reason", st.Reason).Msg("node already drained by someone else; testing it as it is")
-		return NodeTesting, addEvent(ctx, e.db, c.ID, n.Node, now, "already out of service ("+st.Reason+"): tested as it is, never returned to service by this campaign")
+		return NodeTesting, events.Add(ctx, e.db, c.ID, n.Node, now, "already out of service ("+st.Reason+"): tested as it is, never returned to service by this campaign")
 	}
 	if !st.Drained {
 		if n.State == NodePending && e.breaker != nil {
@@ -587,7 +588,7 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 				note := "waiting for the drain circuit breaker: " + err.Error()
 				if note != n.Note {
 					if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
-						note, tstamp(now), c.ID, n.Node); err != nil {
+						note, campaigndb.Time(now), c.ID, n.Node); err != nil {
 						return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 					}
 				}
@@ -598,7 +599,7 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 		// draining and asks again (Drain is idempotent) rather than
 		// forgetting it took it out.
 		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, drained_by_us = 1, attempts = attempts + 1, note = ?, updated_at = ?, drained_at = ?, since = CASE WHEN state = ? THEN since ELSE ? END WHERE campaign_id = ? AND node = ?`,
-			string(NodeDraining), "draining", tstamp(now), tstamp(now), string(NodeDraining), tstamp(now), c.ID, n.Node); err != nil {
+			string(NodeDraining), "draining", campaigndb.Time(now), campaigndb.Time(now), string(NodeDraining), campaigndb.Time(now), c.ID, n.Node); err != nil {
 			e.breaker.Release(c.ID, n.Node)
 			return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 		}
@@ -620,7 +621,7 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 	} else if n.State == NodePending {
 		// Ours from before a restart.
 		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, drained_by_us = 1, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
-			string(NodeDraining), tstamp(now), tstamp(now), c.ID, n.Node); err != nil {
+			string(NodeDraining), campaigndb.Time(now), campaigndb.Time(now), c.ID, n.Node); err != nil {
 			return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 		}
 	}
@@ -631,7 +632,7 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 		}
 		note := fmt.Sprintf("drained, waiting for %d running jobs to leave", st.RunningJobs)
 		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
-			string(NodeDraining), note, tstamp(now), c.ID, n.Node); err != nil {
+			string(NodeDraining), note, campaigndb.Time(now), c.ID, n.Node); err != nil {
 			return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 		}
 		return NodeDraining, nil
@@ -648,7 +649,7 @@ func (e *Engine) nodeSince(ctx context.Context, id, node string) time.Time {
 	if err := e.db.QueryRowContext(ctx, `SELECT since FROM burnin_nodes WHERE campaign_id = ? AND node = ?`, id, node).Scan(&s); err != nil {
 		return time.Time{}
 	}
-	return parseT(s)
+	return campaigndb.ParseTime(s)
 }
 
 // drainTrouble records a failed drain attempt; after maxDrainAttempts the
@@ -660,7 +661,7 @@ func (e *Engine) drainTrouble(ctx context.Context, c campaignRow, n nodeRow, msg
 	}
 	now := e.clock.Now()
 	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
-		msg, tstamp(now), c.ID, n.Node); err != nil {
+		msg, campaigndb.Time(now), c.ID, n.Node); err != nil {
 		return fmt.Errorf("node %s: %w", n.Node, err)
 	}
 	return nil
@@ -672,10 +673,10 @@ func (e *Engine) rejectEarly(ctx context.Context, id, node, msg string) error {
 	ev := Evidence{Reasons: []Reason{{Code: ReasonNotDrained, Message: "not tested: " + msg}}}
 	now := e.clock.Now()
 	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, evidence = ?, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
-		string(NodeTested), mustJSON(ev), msg, tstamp(now), tstamp(now), id, node); err != nil {
+		string(NodeTested), campaigndb.JSON(ev), msg, campaigndb.Time(now), campaigndb.Time(now), id, node); err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
-	return addEvent(ctx, e.db, id, node, now, "not tested: "+msg)
+	return events.Add(ctx, e.db, id, node, now, "not tested: "+msg)
 }
 
 // afterNodes leaves the nodes phase: to pairs when the suite has a pairs
@@ -828,7 +829,7 @@ func (e *Engine) phasePairs(ctx context.Context, c campaignRow, oneUnit bool) (b
 func (e *Engine) execute(ctx context.Context, c campaignRow, r Run, st Step, log zerolog.Logger) error {
 	start := e.clock.Now()
 	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_runs SET state = ?, attempts = attempts + 1, started_at = ? WHERE campaign_id = ? AND seq = ?`,
-		RunRunning, tstamp(start), c.ID, r.Seq); err != nil {
+		RunRunning, campaigndb.Time(start), c.ID, r.Seq); err != nil {
 		return fmt.Errorf("run %d: %w", r.Seq, err)
 	}
 	opts := campaign.RunOptions{Timeout: time.Duration(st.Timeout), Params: st.Params}
@@ -882,14 +883,14 @@ func (e *Engine) execute(ctx context.Context, c campaignRow, r Run, st Step, log
 	}
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	if _, err := tx.ExecContext(ctx, `UPDATE burnin_runs SET state = ?, status = ?, outcome = ?, error = ?, finished_at = ?, result = ? WHERE campaign_id = ? AND seq = ?`,
-		RunDone, string(status), outcome, errText, tstamp(now), mustJSON(res), c.ID, r.Seq); err != nil {
+		RunDone, string(status), outcome, errText, campaigndb.Time(now), campaigndb.JSON(res), c.ID, r.Seq); err != nil {
 		return fmt.Errorf("run %d: %w", r.Seq, err)
 	}
 	// The agent's own inventory beats what the coordinator knew at start
 	// (serials, HCAs): keep the latest full one.
 	if res.Report != nil && len(res.Report.Inventory.GPUs) > 0 && r.Kind == StepChecks {
 		if _, err := tx.ExecContext(ctx, `UPDATE burnin_nodes SET inventory = ? WHERE campaign_id = ? AND node = ?`,
-			mustJSON(res.Report.Inventory), c.ID, r.Node); err != nil {
+			campaigndb.JSON(res.Report.Inventory), c.ID, r.Node); err != nil {
 			return fmt.Errorf("run %d inventory: %w", r.Seq, err)
 		}
 	}

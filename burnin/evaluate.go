@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/campaign/campaigndb"
 	"github.com/fleetcheck/fleetcheck/drain"
 )
 
@@ -69,14 +70,14 @@ func (e *Engine) phaseEvaluate(ctx context.Context, c campaignRow) (bool, error)
 				accepted++
 			}
 			if _, err := tx.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, verdict = ?, evidence = ?, sku = ?, note = '', updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
-				string(NodeFinishing), string(d.Verdict), mustJSON(d.Evidence), f.SKU, tstamp(now), tstamp(now), c.ID, f.Name); err != nil {
+				string(NodeFinishing), string(d.Verdict), campaigndb.JSON(d.Evidence), f.SKU, campaigndb.Time(now), campaigndb.Time(now), c.ID, f.Name); err != nil {
 				return fmt.Errorf("write verdict of %s: %w", f.Name, err)
 			}
 			reason := summarize(d.Evidence.Reasons)
 			for _, p := range d.Evidence.Parts {
 				if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO burnin_parts (identity, campaign_id, node, kind, component, identity_kind, verdict, implicated, reason, at)
 					VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-					p.Identity, c.ID, f.Name, p.Kind, p.Component, p.IdentityKind, string(d.Verdict), b2i(p.Implicated), reason, tstamp(now)); err != nil {
+					p.Identity, c.ID, f.Name, p.Kind, p.Component, p.IdentityKind, string(d.Verdict), b2i(p.Implicated), reason, campaigndb.Time(now)); err != nil {
 					return fmt.Errorf("record part %s: %w", p.Identity, err)
 				}
 			}
@@ -87,7 +88,7 @@ func (e *Engine) phaseEvaluate(ctx context.Context, c campaignRow) (bool, error)
 			for _, o := range d.Evidence.RepeatOffenders {
 				what += fmt.Sprintf("; repeat offender %s %s (%s) rejected in %s", o.Part.Component, o.Part.Identity, o.Part.IdentityKind, o.Campaign)
 			}
-			if err := addEvent(ctx, tx, c.ID, f.Name, now, what); err != nil {
+			if err := events.Add(ctx, tx, c.ID, f.Name, now, what); err != nil {
 				return err
 			}
 		}
@@ -200,7 +201,7 @@ func (e *Engine) priorOffences(ctx context.Context, id string, identities []stri
 				rows.Close()
 				return nil, fmt.Errorf("earlier rejections: %w", err)
 			}
-			o.At = parseT(at)
+			o.At = campaigndb.ParseTime(at)
 			out[ident] = append(out[ident], o)
 		}
 		err = rows.Err()
@@ -283,7 +284,7 @@ func (e *Engine) finishNode(ctx context.Context, c campaignRow, n nodeRow) error
 			if err := e.drain.Undrain(ctx, n.Node); err != nil {
 				return fmt.Errorf("node %s: undrain: %w", n.Node, err)
 			}
-			if err := addEvent(ctx, e.db, c.ID, n.Node, e.clock.Now(), "returned to service"); err != nil {
+			if err := events.Add(ctx, e.db, c.ID, n.Node, e.clock.Now(), "returned to service"); err != nil {
 				return err
 			}
 		}
@@ -393,5 +394,5 @@ func (e *Engine) markSKUDone(ctx context.Context, c campaignRow, what string) er
 	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_campaigns SET sku_done = 1 WHERE id = ?`, c.ID); err != nil {
 		return fmt.Errorf("SKU baselines: %w", err)
 	}
-	return addEvent(ctx, e.db, c.ID, "", e.clock.Now(), what)
+	return events.Add(ctx, e.db, c.ID, "", e.clock.Now(), what)
 }

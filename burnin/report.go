@@ -178,7 +178,7 @@ func (e *Engine) Report(ctx context.Context, id string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	events, err := listEvents(ctx, e.db, id)
+	events, err := events.List(ctx, e.db, id)
 	if err != nil {
 		return nil, err
 	}
@@ -297,5 +297,5 @@ func (e *Engine) Events(ctx context.Context, id string) ([]Event, error) {
 	if _, err := getCampaign(ctx, e.db, id); err != nil {
 		return nil, err
 	}
-	return listEvents(ctx, e.db, id)
+	return events.List(ctx, e.db, id)
 }

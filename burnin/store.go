@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/campaign/campaigndb"
 	"github.com/fleetcheck/fleetcheck/report"
 )
 
@@ -103,46 +104,11 @@ var (
 	ErrFinished     = errors.New("campaign already finished")
 )
 
-// querier is what a transaction and a pool share.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// tstamp writes times as RFC 3339 with nanoseconds in UTC: sortable text.
-func tstamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
-}
-
-func parseT(s string) time.Time {
-	if s == "" {
-		return time.Time{}
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}
-	}
-	return t
-}
-
 func b2i(b bool) int {
 	if b {
 		return 1
 	}
 	return 0
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Only our own types go through here; they always marshal.
-		return "null"
-	}
-	return string(b)
 }
 
 // migrate creates the tables and checks their version.
@@ -161,7 +127,7 @@ func migrate(ctx context.Context, db *sql.DB, now time.Time) error {
 	}
 	switch {
 	case !v.Valid:
-		if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_schema_version (version, applied_at) VALUES (?, ?)`, SchemaVersion, tstamp(now)); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_schema_version (version, applied_at) VALUES (?, ?)`, SchemaVersion, campaigndb.Time(now)); err != nil {
 			return fmt.Errorf("record burnin schema version: %w", err)
 		}
 	case v.Int64 > SchemaVersion:
@@ -202,7 +168,7 @@ func scanCampaign(sc interface{ Scan(...any) error }) (campaignRow, error) {
 		return c, fmt.Errorf("campaign %s: stored spec: %w", c.ID, err)
 	}
 	c.State, c.Phase, c.SKUDone = State(state), Phase(phase), skuDone != 0
-	c.CreatedAt, c.UpdatedAt, c.FinishedAt = parseT(created), parseT(updated), parseT(finished)
+	c.CreatedAt, c.UpdatedAt, c.FinishedAt = campaigndb.ParseTime(created), campaigndb.ParseTime(updated), campaigndb.ParseTime(finished)
 	return c, nil
 }
 
@@ -263,7 +229,7 @@ func scanNode(sc interface{ Scan(...any) error }) (nodeRow, error) {
 		return n, err
 	}
 	n.State, n.DrainedByUs, n.Verdict, n.BaselineDone = NodeState(state), drained != 0, Verdict(verdict), bdone != 0
-	n.UpdatedAt = parseT(updated)
+	n.UpdatedAt = campaigndb.ParseTime(updated)
 	if err := json.Unmarshal([]byte(labels), &n.Labels); err != nil {
 		return n, fmt.Errorf("node %s labels: %w", n.Node, err)
 	}
@@ -309,7 +275,7 @@ func scanRun(sc interface{ Scan(...any) error }, withResult bool) (Run, error) {
 		return r, err
 	}
 	r.Kind, r.Status = StepKind(kind), report.Status(status)
-	r.StartedAt, r.FinishedAt = parseT(started), parseT(finished)
+	r.StartedAt, r.FinishedAt = campaigndb.ParseTime(started), campaigndb.ParseTime(finished)
 	if err := json.Unmarshal([]byte(peers), &r.Peers); err != nil {
 		return r, fmt.Errorf("run %d peers: %w", r.Seq, err)
 	}
@@ -354,45 +320,16 @@ func insertRun(ctx context.Context, q querier, id string, r Run) error {
 		peers = []string{}
 	}
 	_, err := q.ExecContext(ctx, `INSERT INTO burnin_runs (campaign_id, `+runCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		id, r.Seq, r.Node, mustJSON(peers), r.Repeat, r.Step, string(r.Kind), r.Round, RunPending, 0, "", "", "", "", "", "{}")
+		id, r.Seq, r.Node, campaigndb.JSON(peers), r.Repeat, r.Step, string(r.Kind), r.Round, RunPending, 0, "", "", "", "", "", "{}")
 	if err != nil {
 		return fmt.Errorf("plan run %d of %s: %w", r.Seq, id, err)
 	}
 	return nil
 }
 
-func addEvent(ctx context.Context, q querier, id, node string, at time.Time, what string) error {
-	if _, err := q.ExecContext(ctx, `INSERT INTO burnin_events (campaign_id, node, at, what) VALUES (?, ?, ?, ?)`, id, node, tstamp(at), what); err != nil {
-		return fmt.Errorf("record event: %w", err)
-	}
-	return nil
-}
-
 // Event is one line of a campaign's history.
-type Event struct {
-	At   time.Time `json:"at"`
-	Node string    `json:"node,omitempty"`
-	What string    `json:"what"`
-}
+type Event = campaigndb.Event
 
-func listEvents(ctx context.Context, q querier, id string) ([]Event, error) {
-	rows, err := q.QueryContext(ctx, `SELECT at, node, what FROM burnin_events WHERE campaign_id = ? ORDER BY id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("campaign %s events: %w", id, err)
-	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var at string
-		if err := rows.Scan(&at, &e.Node, &e.What); err != nil {
-			return nil, fmt.Errorf("campaign %s events: %w", id, err)
-		}
-		e.At = parseT(at)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("campaign %s events: %w", id, err)
-	}
-	return out, nil
-}
+type querier = campaigndb.Querier
+
+var events = campaigndb.EventLog{Table: "burnin_events", Key: "campaign_id", Noun: "campaign"}

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/campaign/campaigndb"
 	"github.com/fleetcheck/fleetcheck/drain"
 	"github.com/fleetcheck/fleetcheck/report"
 )
@@ -293,17 +294,17 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	finished := ""
 	if state == StateRefused {
-		finished = tstamp(now)
+		finished = campaigndb.Time(now)
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO drill_drills (seq, `+drillCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.seq.Add(1), id, name, spec.Fault, mustJSON(spec), string(state), reason, mustJSON(degradedAtStart), tstamp(now), tstamp(now), finished); err != nil {
+		e.seq.Add(1), id, name, spec.Fault, campaigndb.JSON(spec), string(state), reason, campaigndb.JSON(degradedAtStart), campaigndb.Time(now), campaigndb.Time(now), finished); err != nil {
 		return "", fmt.Errorf("start drill: %w", err)
 	}
 	if state == StateRunning {
 		for _, node := range plan.Targets {
 			t := Target{Node: node, State: TargetPending, Findings: []Finding{}, NextAt: now}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO drill_targets (drill_id, node, state, data, updated_at) VALUES (?, ?, ?, ?, ?)`,
-				id, node, string(t.State), mustJSON(t), tstamp(now)); err != nil {
+				id, node, string(t.State), campaigndb.JSON(t), campaigndb.Time(now)); err != nil {
 				return "", fmt.Errorf("start drill: %w", err)
 			}
 		}
@@ -312,7 +313,7 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 	if refusal != nil {
 		what = "refused: " + refusal.Error()
 	}
-	if err := addEvent(ctx, tx, id, "", now, what); err != nil {
+	if err := events.Add(ctx, tx, id, "", now, what); err != nil {
 		return "", err
 	}
 	if err := tx.Commit(); err != nil {
@@ -344,7 +345,7 @@ func (e *Engine) Abort(ctx context.Context, id, reason string) error {
 			return err
 		}
 	}
-	return addEvent(ctx, e.db, id, "", now, "abort requested: "+reason)
+	return events.Add(ctx, e.db, id, "", now, "abort requested: "+reason)
 }
 
 // Run drives every running drill until ctx ends, and returns ctx's error.
@@ -427,7 +428,7 @@ func (e *Engine) advance(ctx context.Context, d *Drill) error {
 					return err
 				}
 			}
-			if err := addEvent(ctx, e.db, d.ID, "", now, "aborting: "+why); err != nil {
+			if err := events.Add(ctx, e.db, d.ID, "", now, "aborting: "+why); err != nil {
 				return err
 			}
 		}
@@ -523,7 +524,7 @@ func (e *Engine) abortTarget(ctx context.Context, d *Drill, t *Target, why strin
 	if err := saveTarget(ctx, e.db, d.ID, *t, now); err != nil {
 		return err
 	}
-	return addEvent(ctx, e.db, d.ID, t.Node, now, "aborted: "+why)
+	return events.Add(ctx, e.db, d.ID, t.Node, now, "aborted: "+why)
 }
 
 // finish closes a drill whose targets are all done.
@@ -536,7 +537,7 @@ func (e *Engine) finish(ctx context.Context, d *Drill) error {
 		}
 	}
 	if _, err := e.db.ExecContext(ctx, `UPDATE drill_drills SET state = ?, reason = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?`,
-		string(state), reason, tstamp(now), tstamp(now), d.ID, string(StateRunning)); err != nil {
+		string(state), reason, campaigndb.Time(now), campaigndb.Time(now), d.ID, string(StateRunning)); err != nil {
 		return fmt.Errorf("finish: %w", err)
 	}
 	var parts []string
@@ -553,7 +554,7 @@ func (e *Engine) finish(ctx context.Context, d *Drill) error {
 		parts = append(parts, s)
 	}
 	e.log.Info().Str("drill", d.ID).Str("state", string(state)).Msg("drill finished")
-	return addEvent(ctx, e.db, d.ID, "", now, fmt.Sprintf("%s: %s", state, strings.Join(parts, "; ")))
+	return events.Add(ctx, e.db, d.ID, "", now, fmt.Sprintf("%s: %s", state, strings.Join(parts, "; ")))
 }
 
 // ---- targets ----
@@ -565,7 +566,7 @@ func (e *Engine) save(ctx context.Context, d *Drill, t *Target, what string) err
 		return err
 	}
 	if what != "" {
-		return addEvent(ctx, e.db, d.ID, t.Node, now, what)
+		return events.Add(ctx, e.db, d.ID, t.Node, now, what)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func (e *Engine) Events(ctx context.Context, id string) ([]Event, error) {
 	if _, err := loadDrill(ctx, e.db, id); err != nil {
 		return nil, err
 	}
-	return listEvents(ctx, e.db, id)
+	return events.List(ctx, e.db, id)
 }
 
 // ReportOptions choose the drills a report covers.

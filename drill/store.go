@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/campaign/campaigndb"
 )
 
 // SchemaVersion is the version of the drill_ tables.
@@ -57,35 +59,6 @@ var (
 	ErrFinished     = errors.New("drill already finished")
 )
 
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func tstamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
-}
-
-func parseT(s string) time.Time {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}
-	}
-	return t
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "null" // only our own types go through here
-	}
-	return string(b)
-}
-
 func migrate(ctx context.Context, db *sql.DB, now time.Time) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -101,7 +74,7 @@ func migrate(ctx context.Context, db *sql.DB, now time.Time) error {
 	}
 	switch {
 	case !v.Valid:
-		if _, err := tx.ExecContext(ctx, `INSERT INTO drill_schema_version (version, applied_at) VALUES (?, ?)`, SchemaVersion, tstamp(now)); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO drill_schema_version (version, applied_at) VALUES (?, ?)`, SchemaVersion, campaigndb.Time(now)); err != nil {
 			return fmt.Errorf("record drill schema version: %w", err)
 		}
 	case v.Int64 > SchemaVersion:
@@ -129,7 +102,7 @@ func scanDrill(sc interface{ Scan(...any) error }) (Drill, error) {
 		return d, fmt.Errorf("drill %s: %w", d.ID, err)
 	}
 	d.State = State(state)
-	d.CreatedAt, d.UpdatedAt, d.FinishedAt = parseT(created), parseT(updated), parseT(finished)
+	d.CreatedAt, d.UpdatedAt, d.FinishedAt = campaigndb.ParseTime(created), campaigndb.ParseTime(updated), campaigndb.ParseTime(finished)
 	return d, nil
 }
 
@@ -203,44 +176,15 @@ func loadTargets(ctx context.Context, q querier, id string) ([]Target, error) {
 
 func saveTarget(ctx context.Context, q querier, id string, t Target, now time.Time) error {
 	if _, err := q.ExecContext(ctx, `UPDATE drill_targets SET state = ?, data = ?, updated_at = ? WHERE drill_id = ? AND node = ?`,
-		string(t.State), mustJSON(t), tstamp(now), id, t.Node); err != nil {
+		string(t.State), campaigndb.JSON(t), campaigndb.Time(now), id, t.Node); err != nil {
 		return fmt.Errorf("drill %s target %s: %w", id, t.Node, err)
 	}
 	return nil
 }
 
-func addEvent(ctx context.Context, q querier, id, node string, at time.Time, what string) error {
-	if _, err := q.ExecContext(ctx, `INSERT INTO drill_events (drill_id, node, at, what) VALUES (?, ?, ?, ?)`, id, node, tstamp(at), what); err != nil {
-		return fmt.Errorf("record drill event: %w", err)
-	}
-	return nil
-}
-
 // Event is one line of a drill's history.
-type Event struct {
-	At   time.Time `json:"at"`
-	Node string    `json:"node,omitempty"`
-	What string    `json:"what"`
-}
+type Event = campaigndb.Event
 
-func listEvents(ctx context.Context, q querier, id string) ([]Event, error) {
-	rows, err := q.QueryContext(ctx, `SELECT at, node, what FROM drill_events WHERE drill_id = ? ORDER BY id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("drill %s events: %w", id, err)
-	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var at string
-		if err := rows.Scan(&at, &e.Node, &e.What); err != nil {
-			return nil, fmt.Errorf("drill %s events: %w", id, err)
-		}
-		e.At = parseT(at)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("drill %s events: %w", id, err)
-	}
-	return out, nil
-}
+type querier = campaigndb.Querier
+
+var events = campaigndb.EventLog{Table: "drill_events", Key: "drill_id", Noun: "drill"}
