@@ -113,8 +113,7 @@ type Agent struct {
 	known        map[string]checks.Check // every check fleetcheck has
 	enabled      map[string]checks.Check // what this agent may run
 	enabledNames []string
-	passive      []checks.Check  // enabled passive checks: the quick pass
-	allPassive   map[string]bool // every passive check: a "full" result ran them all
+	passive      []checks.Check // enabled passive checks: the quick pass
 
 	started atomic.Bool
 	ctx     context.Context // Run's context: requested checks outlive a stream
@@ -178,17 +177,16 @@ func New(cfg *Config, h host.Host, logger zerolog.Logger, opts ...Option) (*Agen
 		opt(&o)
 	}
 	a := &Agent{
-		cfg:        cfg,
-		host:       guard(h),
-		log:        logger.With().Str("node", cfg.Node).Logger(),
-		o:          o,
-		known:      map[string]checks.Check{},
-		enabled:    map[string]checks.Check{},
-		allPassive: map[string]bool{},
-		work:       map[string]*workItem{},
-		acts:       map[string]*actionItem{},
-		peers:      map[string]*peerRun{},
-		kick:       make(chan struct{}, 1),
+		cfg:     cfg,
+		host:    guard(h),
+		log:     logger.With().Str("node", cfg.Node).Logger(),
+		o:       o,
+		known:   map[string]checks.Check{},
+		enabled: map[string]checks.Check{},
+		work:    map[string]*workItem{},
+		acts:    map[string]*actionItem{},
+		peers:   map[string]*peerRun{},
+		kick:    make(chan struct{}, 1),
 	}
 	a.actions, _ = h.(host.ActionRunner)
 	a.multi, _ = h.(host.MultiNodeRunner)
@@ -196,9 +194,6 @@ func New(cfg *Config, h host.Host, logger zerolog.Logger, opts ...Option) (*Agen
 	all := registry.All()
 	for _, c := range all {
 		a.known[c.Name()] = c
-		if !c.Disruptive() {
-			a.allPassive[c.Name()] = true
-		}
 	}
 	for _, c := range cfg.enabledChecks(all) {
 		a.enabled[c.Name()] = c

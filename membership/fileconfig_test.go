@@ -303,3 +303,42 @@ func TestFingerprint(t *testing.T) {
 		t.Error("fingerprint reveals the key")
 	}
 }
+
+// FuzzParseKeyring: a keyring file is operator input read at start. Any
+// bytes give keys of a valid AES length or an error, never a panic, and
+// what parses survives FormatKeyring unchanged.
+func FuzzParseKeyring(f *testing.F) {
+	k16 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 16))
+	k32 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{2}, 32))
+	for _, seed := range []string{
+		k32 + "\n", "# c\n\n" + k16 + "\n" + k32, k32 + "\r\n", "not base64\n", "", "#\n", "AAAA\n", k16 + " trailing",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		keys, err := ParseKeyring(b)
+		if err != nil {
+			if keys != nil {
+				t.Fatalf("error %v with %d keys", err, len(keys))
+			}
+			return
+		}
+		if len(keys) == 0 {
+			t.Fatal("no error and no key")
+		}
+		for _, k := range keys {
+			if n := len(k); n != 16 && n != 24 && n != 32 {
+				t.Fatalf("key of %d bytes accepted", n)
+			}
+		}
+		again, err := ParseKeyring(FormatKeyring(keys))
+		if err != nil || len(again) != len(keys) {
+			t.Fatalf("FormatKeyring round trip: %d keys, %v", len(again), err)
+		}
+		for i := range keys {
+			if !bytes.Equal(again[i], keys[i]) {
+				t.Fatalf("key %d changed in the round trip", i)
+			}
+		}
+	})
+}
