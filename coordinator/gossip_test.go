@@ -288,6 +288,19 @@ func TestGossipKeyRotationKeepsMembers(t *testing.T) {
 			t.Fatalf("%v: members lost: %+v", o, s.GossipPool().Members())
 		}
 	}
+	// Using a key no agent installed fails everywhere: the round lists
+	// every node, and the coordinator, which switches last, keeps its key.
+	stray := bytes.Repeat([]byte{9}, 32)
+	resp, err := op.GossipKeys(ctx, &pb.GossipKeysRequest{Op: pb.GossipKeyOp_OP_USE, Key: stray})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetFailed() != int32(len(names)) || resp.GetApplied() != 0 {
+		t.Errorf("use of a key nobody has: applied %d failed %d, want 0 and %d", resp.GetApplied(), resp.GetFailed(), len(names))
+	}
+	if fps := resp.GetKeyFingerprints(); len(fps) != 1 || fps[0] != membership.Fingerprint(old) {
+		t.Errorf("coordinator keys after a failed round = %v, want the old key only", fps)
+	}
 	round(pb.GossipKeyOp_OP_INSTALL, next, 2)
 	round(pb.GossipKeyOp_OP_USE, next, 2)
 	for n, p := range pools {
