@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/config"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -116,7 +117,7 @@ func (a *Agent) onRunAction(ctx context.Context, s *session, ra *fleetcheckv1.Ru
 		arm = &armedRevert{
 			ID: id, Action: name, Revert: cfg.Revert, Params: a.cfg.Actions[cfg.Revert].only(params),
 			ArmedAt: now, Due: now.Add(after),
-			OnDisconnect: time.Duration(ra.GetRevertOnDisconnectMs()) * time.Millisecond,
+			OnDisconnect: config.Duration(time.Duration(ra.GetRevertOnDisconnectMs()) * time.Millisecond),
 			Reason:       clipN(ra.GetReason(), maxActionReason),
 		}
 	}
@@ -167,7 +168,7 @@ func (a *Agent) onRunAction(ctx context.Context, s *session, ra *fleetcheckv1.Ru
 	}
 	s.enqueue(actionStatus(id, fleetcheckv1.ActionStatus_STATE_ACCEPTED, msg, ""))
 	a.o.metrics.Work("accepted")
-	log.Info().Strs("params", paramList(params)).Dur("timeout", timeout).Str("reason", clipN(ra.GetReason(), maxActionReason)).
+	log.Info().Strs("params", paramList(params)).Dur("timeout_ms", timeout).Str("reason", clipN(ra.GetReason(), maxActionReason)).
 		Str("revert", msg).Msg("running action")
 	a.workWG.Go(func() { a.finishAction(it, cfg, params, timeout, holder) })
 }

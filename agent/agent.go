@@ -249,7 +249,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.ctx = ctx
 	a.o.metrics.Spool(sp.Len(), sp.Bytes(), 0)
 	a.log.Info().Str("coordinator", a.cfg.Coordinator).Strs("enabled_checks", a.enabledNames).
-		Dur("interval", time.Duration(a.cfg.Interval)).Int("spooled", sp.Len()).Msg("agent starting")
+		Dur("interval_ms", time.Duration(a.cfg.Interval)).Int("spooled", sp.Len()).Msg("agent starting")
 
 	a.startGossip()
 
@@ -381,7 +381,7 @@ func (a *Agent) store(r *Result) error {
 		ev = a.log.Info()
 	}
 	ev.Str("result_id", r.ID).Str("work_id", r.WorkID).Str("status", string(r.Report.Status)).
-		Dur("took", took).Msg("inspection done")
+		Dur("took_ms", took).Msg("inspection done")
 	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/fleetcheck/fleetcheck/config"
 )
 
 // revertsFileName holds the armed revert timers, so that an agent
@@ -39,10 +41,11 @@ type armedRevert struct {
 	Due     time.Time `json:"due"`
 	// OnDisconnect fires the revert once the agent has been without a
 	// coordinator stream this long (0: only at Due).
-	OnDisconnect time.Duration `json:"on_disconnect,omitempty"`
-	Reason       string        `json:"reason,omitempty"`
-	Attempts     int           `json:"attempts,omitempty"`
-	NextTry      time.Time     `json:"next_try,omitzero"`
+	// Stored as "2m"; older state files hold nanoseconds, read as well.
+	OnDisconnect config.Duration `json:"on_disconnect,omitempty"`
+	Reason       string          `json:"reason,omitempty"`
+	Attempts     int             `json:"attempts,omitempty"`
+	NextTry      time.Time       `json:"next_try,omitzero"`
 }
 
 // fireAt is when the timer fires, given since when the agent has been
@@ -50,7 +53,7 @@ type armedRevert struct {
 func (r *armedRevert) fireAt(disconnected time.Time) time.Time {
 	t := r.Due
 	if r.OnDisconnect > 0 && !disconnected.IsZero() {
-		if d := disconnected.Add(r.OnDisconnect); d.Before(t) {
+		if d := disconnected.Add(time.Duration(r.OnDisconnect)); d.Before(t) {
 			t = d
 		}
 	}
@@ -243,7 +246,7 @@ func (k *revertKeeper) fire(ctx context.Context, r *armedRevert) {
 	log := k.log.With().Str("action", r.Action).Str("revert", r.Revert).Str("action_id", r.ID).Logger()
 	k.mu.Lock()
 	why := "its timer fired"
-	if !k.disconnected.IsZero() && r.OnDisconnect > 0 && time.Since(k.disconnected) >= r.OnDisconnect {
+	if !k.disconnected.IsZero() && r.OnDisconnect > 0 && time.Since(k.disconnected) >= time.Duration(r.OnDisconnect) {
 		why = fmt.Sprintf("no coordinator for %s", time.Since(k.disconnected).Round(time.Second))
 	}
 	k.mu.Unlock()
@@ -265,7 +268,7 @@ func (k *revertKeeper) fire(ctx context.Context, r *armedRevert) {
 		r.Attempts++
 		wait := min(revertRetryFirst<<min(r.Attempts-1, 10), revertRetryMax)
 		r.NextTry = time.Now().Add(wait)
-		log.Error().Err(err).Int("attempts", r.Attempts).Dur("retry_in", wait).Msg("revert failed")
+		log.Error().Err(err).Int("attempts", r.Attempts).Dur("retry_in_ms", wait).Msg("revert failed")
 	}
 	if err := k.saveLocked(); err != nil {
 		log.Error().Err(err).Msg("cannot record the revert")

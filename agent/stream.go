@@ -54,7 +54,7 @@ func (a *Agent) connectLoop(ctx context.Context) {
 		}
 		wait := a.o.backoff.Next(attempt)
 		attempt++
-		ev := a.log.Warn().Err(err).Dur("retry_in", wait).Int("attempt", attempt)
+		ev := a.log.Warn().Err(err).Dur("retry_in_ms", wait).Int("attempt", attempt)
 		switch {
 		case errors.Is(err, ErrRefused):
 			ev.Msg("coordinator refused this agent; backing off")
@@ -147,7 +147,7 @@ func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
 		}
 	}
 	a.log.Info().Str("coordinator_version", w.GetCoordinatorVersion()).Str("protocol_version", w.GetProtocolVersion()).
-		Dur("heartbeat", s.every).Int("spooled", a.spool.Len()).Int("already_stored", known).Msg("connected to coordinator")
+		Dur("heartbeat_ms", s.every).Int("spooled", a.spool.Len()).Int("already_stored", known).Msg("connected to coordinator")
 	a.gossipWelcome(w.GetGossipAddr())
 	a.o.metrics.Connected(true)
 	defer a.o.metrics.Connected(false)

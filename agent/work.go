@@ -107,12 +107,12 @@ func (a *Agent) onRunChecks(ctx context.Context, s *session, rc *fleetcheckv1.Ru
 	s.enqueue(workStatus(id, fleetcheckv1.WorkStatus_STATE_ACCEPTED, "", ""))
 	a.o.metrics.Work("accepted")
 	if multi {
-		log.Info().Dur("timeout", timeout).Str("multi_id", rc.GetMultiId()).Str("role", rc.GetRole().String()).
+		log.Info().Dur("timeout_ms", timeout).Str("multi_id", rc.GetMultiId()).Str("role", rc.GetRole().String()).
 			Strs("participants", rc.GetParticipants()).Msg("taking part in a multi-node run")
 		a.startMulti(w, rc, timeout, holder)
 		return
 	}
-	log.Info().Dur("timeout", timeout).Strs("params", paramList(rc.GetParams())).Msg("running requested checks")
+	log.Info().Dur("timeout_ms", timeout).Strs("params", paramList(rc.GetParams())).Msg("running requested checks")
 	params := host.RunParams(rc.GetParams())
 	a.workWG.Go(func() { a.runWork(w, list, params, timeout, holder) })
 }
@@ -172,7 +172,7 @@ func (a *Agent) requestTimeout(rc *fleetcheckv1.RunChecks, limit time.Duration) 
 		timeout = time.Duration(ms) * time.Millisecond
 	}
 	if timeout > limit {
-		a.log.Debug().Str("work_id", rc.GetWorkId()).Dur("requested", timeout).Dur("max", limit).Msg("clamping requested timeout")
+		a.log.Debug().Str("work_id", rc.GetWorkId()).Dur("requested_ms", timeout).Dur("max_ms", limit).Msg("clamping requested timeout")
 		timeout = limit
 	}
 	return timeout

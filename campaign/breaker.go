@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/config"
 )
 
 // ErrBreakerOpen is returned by Breaker.Allow when one more drain would
@@ -35,11 +37,11 @@ type DrainRecord struct {
 
 // BreakerState is the breaker as an operator sees it.
 type BreakerState struct {
-	Window    time.Duration `json:"window"`
-	Drained   int           `json:"drained"` // distinct nodes drained within the window
-	Limit     int           `json:"limit"`   // -1: unbounded
-	FleetSize int           `json:"fleet_size"`
-	Open      bool          `json:"open"` // no further drain is allowed now
+	Window    config.Duration `json:"window"`
+	Drained   int             `json:"drained"` // distinct nodes drained within the window
+	Limit     int             `json:"limit"`   // -1: unbounded
+	FleetSize int             `json:"fleet_size"`
+	Open      bool            `json:"open"` // no further drain is allowed now
 }
 
 // Breaker is the circuit breaker every campaign asks before draining a
@@ -192,7 +194,7 @@ func (b *Breaker) State(fleetSize int) BreakerState {
 	b.prune(b.clock.Now())
 	lim := b.limit(fleetSize)
 	return BreakerState{
-		Window:    b.cfg.Window,
+		Window:    config.Duration(b.cfg.Window),
 		Drained:   len(b.recs),
 		Limit:     lim,
 		FleetSize: fleetSize,

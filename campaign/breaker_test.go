@@ -1,6 +1,7 @@
 package campaign
 
 import (
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -119,5 +120,21 @@ func TestBreakerRestore(t *testing.T) {
 		if _, err := NewBreaker(cfg, nil); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
+	}
+}
+
+// The breaker's window is shown as a duration, never nanoseconds.
+func TestBreakerStateJSON(t *testing.T) {
+	t.Parallel()
+	b, err := NewBreaker(BreakerConfig{Window: 90 * time.Minute, MaxCount: 2}, &stepClock{now: time.Unix(1e9, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(b.State(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"window":"1h30m","drained":0,"limit":2,"fleet_size":10,"open":false}`; string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }

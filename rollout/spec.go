@@ -274,11 +274,11 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// MarshalYAML writes "30m0s".
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+// MarshalYAML writes "30m".
+func (d Duration) MarshalYAML() (any, error) { return config.FormatDuration(time.Duration(d)), nil }
 
-// MarshalJSON writes "30m0s".
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+// MarshalJSON writes "30m".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(config.FormatDuration(time.Duration(d))) }
 
 // UnmarshalJSON reads a Go duration.
 func (d *Duration) UnmarshalJSON(b []byte) error {

@@ -226,7 +226,7 @@ func (s *Store) commit(batch []*ingestReq) {
 	if s.opts.OnCommit != nil {
 		s.opts.OnCommit(len(batch), took)
 	}
-	s.log.Debug().Int("results", len(batch)).Dur("took", took).Msg("store: batch committed")
+	s.log.Debug().Int("results", len(batch)).Dur("took_ms", took).Msg("store: batch committed")
 }
 
 func finite(v float64) float64 {

@@ -114,7 +114,7 @@ func budgetCap(fleet int, eligible []campaign.Node, b Budget) (int, string) {
 			if g == 0 {
 				g = DefaultGPUsPerNode
 			}
-			h := float64(g) * b.NodeTestTime.Hours()
+			h := float64(g) * time.Duration(b.NodeTestTime).Hours()
 			if hours+h > b.MaxGPUHours+1e-9 {
 				break
 			}
@@ -124,7 +124,7 @@ func budgetCap(fleet int, eligible []campaign.Node, b Budget) (int, string) {
 		if n == len(eligible) {
 			// The budget fits every eligible node tonight; size the cap as
 			// if every node had the default GPU count, for the rotation.
-			per := float64(DefaultGPUsPerNode) * b.NodeTestTime.Hours()
+			per := float64(DefaultGPUsPerNode) * time.Duration(b.NodeTestTime).Hours()
 			if per > 0 {
 				n = max(n, int(b.MaxGPUHours/per))
 			}

@@ -368,7 +368,7 @@ func (e *Engine) runTest(ctx context.Context, rec *Record, t *TestRecord, prog *
 	if err := e.cfg.Store.SaveTest(ctx, rec.ID, *t); err != nil {
 		return fmt.Errorf("sweep %s: record test %d started: %w", rec.ID, t.Seq, err)
 	}
-	opts := campaign.RunOptions{Timeout: rec.Spec.TestTimeout}
+	opts := campaign.RunOptions{Timeout: time.Duration(rec.Spec.TestTimeout)}
 	var rep *report.Report
 	var err error
 	if len(t.Nodes) == 1 {

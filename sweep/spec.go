@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/config"
 )
 
 // Defaults.
@@ -44,7 +46,7 @@ type Spec struct {
 	// Concurrency caps the tests running at once; 0 runs a whole wave at once.
 	Concurrency int `json:"concurrency,omitempty"`
 	// TestTimeout bounds one all_reduce run. Default 10m.
-	TestTimeout time.Duration `json:"test_timeout,omitempty"`
+	TestTimeout config.Duration `json:"test_timeout,omitempty"`
 	// Seed varies the pairing; 0 derives it from the sweep's id, so each
 	// night pairs nodes differently and paths are covered over nights.
 	Seed uint64 `json:"seed,omitempty"`
@@ -78,7 +80,7 @@ type Budget struct {
 	// MaxGPUHours per sweep, counting NodeTestTime per node on all its GPUs.
 	MaxGPUHours float64 `json:"max_gpu_hours,omitempty"`
 	// NodeTestTime is a node's estimated share of one sweep. Default 4m.
-	NodeTestTime time.Duration `json:"node_test_time,omitempty"`
+	NodeTestTime config.Duration `json:"node_test_time,omitempty"`
 	// CoverWithinNights is the rotation target: every selected node tested
 	// at least once within this many nights (a night = 24 h). Default 7.
 	CoverWithinNights int `json:"cover_within_nights,omitempty"`
@@ -99,10 +101,10 @@ func (s Spec) WithDefaults() Spec {
 		s.LeafLabel = DefaultLeafLabel
 	}
 	if s.TestTimeout == 0 {
-		s.TestTimeout = DefaultTestTimeout
+		s.TestTimeout = config.Duration(DefaultTestTimeout)
 	}
 	if s.Budget.NodeTestTime == 0 {
-		s.Budget.NodeTestTime = DefaultNodeTest
+		s.Budget.NodeTestTime = config.Duration(DefaultNodeTest)
 	}
 	if s.Budget.CoverWithinNights == 0 {
 		s.Budget.CoverWithinNights = DefaultCoverNights

@@ -172,7 +172,7 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	}
 	names := fx.Checks()
 	log.Info().Str("bundle", o.bundle).Str("status", fx.Status()).Int("checks", len(names)).
-		Dur("took", time.Since(start)).Msg("fixture analyzed once")
+		Dur("took_ms", time.Since(start)).Msg("fixture analyzed once")
 
 	op, err := loadgen.DialOperator(o.addr)
 	if err != nil {
@@ -219,7 +219,7 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	tab.row("connect: hello → welcome, every agent", fmt.Sprintf("%.2f s", connect.Seconds()), "", "")
 	tab.row("CPU while connecting", usage(p0, p1), "", "")
 
-	log.Info().Dur("connect", connect).Dur("settle", o.settle).Msg("connected; settling")
+	log.Info().Dur("connect_ms", connect).Dur("settle_ms", o.settle).Msg("connected; settling")
 	select {
 	case <-time.After(o.settle):
 	case <-ctx.Done():
@@ -284,7 +284,7 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 			time.Sleep(5 * time.Millisecond)
 			n, last = fleet.WorkAcked(f.GetWorkId())
 		}
-		log.Info().Int("run", i+1).Dur("took", cr.Took).Int32("total", f.GetTotal()).Int32("done", f.GetDone()).
+		log.Info().Int("run", i+1).Dur("took_ms", cr.Took).Int32("total", f.GetTotal()).Int32("done", f.GetDone()).
 			Int32("failed", f.GetFailed()).Int32("refused", f.GetRefused()).Int32("unreachable", f.GetUnreachable()).
 			Int32("timed_out", f.GetTimedOut()).Int("acked_at_agents", n).Msg("fleet-wide check")
 		if int(f.GetTotal()) != o.agents || f.GetDone() != f.GetTotal() || f.GetRefused()+f.GetUnreachable()+f.GetTimedOut() != 0 || n != o.agents {
@@ -321,8 +321,8 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 		}
 		after := read()
 		rate := float64(st.CheckResults) / st.Elapsed.Seconds()
-		log.Info().Int64("results", st.Results).Int64("check_results", st.CheckResults).Dur("elapsed", st.Elapsed).
-			Dur("drain", st.Drain).Float64("check_results_per_s", rate).Msg("sustained ingest")
+		log.Info().Int64("results", st.Results).Int64("check_results", st.CheckResults).Dur("elapsed_ms", st.Elapsed).
+			Dur("drain_ms", st.Drain).Float64("check_results_per_s", rate).Msg("sustained ingest")
 		target, ok := "", ""
 		if o.targetRate > 0 {
 			target, ok = fmt.Sprintf("≥ %.0f /s", o.targetRate), verdict(rate >= o.targetRate)
