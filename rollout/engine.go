@@ -358,6 +358,9 @@ func (e *Engine) nextWake() time.Duration {
 			consider(r.SoakUntil)
 		}
 		for _, n := range r.nodes {
+			if n.State == Pending && !n.waitSince.IsZero() {
+				consider(n.waitSince.Add(r.Spec.connectGrace()))
+			}
 			if !n.State.active() || n.busy || n.Hold != "" {
 				continue
 			}
@@ -535,14 +538,9 @@ func (e *Engine) listFleet(ctx context.Context, now time.Time) {
 		return
 	}
 	for _, n := range nodes {
-		v.nodes[n.Name] = nodeView{labels: n.Labels, connected: n.Connected, driver: n.Inventory.DriverVersion, inv: n.Inventory}
-		switch {
-		case !n.Connected:
-			v.out[n.Name] = "agent not connected"
-		case n.State == "draining" || n.State == "drained" || n.State == "failed" || n.State == "unreachable":
-			v.out[n.Name] = "node " + n.State
-		case n.Activity == "drained":
-			v.out[n.Name] = "drained (agent reports)"
+		v.nodes[n.Name] = viewOf(n)
+		if why := outOfService(n); why != "" {
+			v.out[n.Name] = why
 		}
 	}
 	if l, ok := e.drainer.(drain.Lister); ok {
@@ -560,6 +558,47 @@ func (e *Engine) listFleet(ctx context.Context, now time.Time) {
 	}
 	v.ok = true
 	e.view = v
+}
+
+func viewOf(n campaign.Node) nodeView {
+	return nodeView{labels: n.Labels, connected: n.Connected, driver: n.Inventory.DriverVersion, inv: n.Inventory}
+}
+
+// outOfService says why the fleet has a node out of service ("" when it
+// is in service).
+func outOfService(n campaign.Node) string {
+	switch {
+	case !n.Connected:
+		return notConnected
+	case n.State == "draining" || n.State == "drained" || n.State == "failed" || n.State == "unreachable":
+		return "node " + n.State
+	case n.Activity == "drained":
+		return "drained (agent reports)"
+	}
+	return ""
+}
+
+const notConnected = "agent not connected"
+
+// refreshNode asks the fleet about one node now and puts the answer in
+// the view: an agent that reconnected since the last listing is judged
+// by what it is now.
+func (e *Engine) refreshNode(ctx context.Context, name string) (nodeView, bool) {
+	cn, ok, err := campaign.LookupNode(ctx, e.fleet, name)
+	if err != nil || !ok {
+		nv, known := e.view.nodes[name]
+		return nv, known
+	}
+	nv := viewOf(cn)
+	e.view.nodes[name] = nv
+	why := outOfService(cn)
+	switch {
+	case why != "":
+		e.view.out[name] = why
+	case e.view.out[name] == notConnected || strings.HasPrefix(e.view.out[name], "node "):
+		delete(e.view.out, name)
+	}
+	return nv, true
 }
 
 // transition moves a node and records the event; the store gets both with
@@ -726,14 +765,36 @@ func (r *run) waveBudget(w int) int {
 	return 0
 }
 
-// waveFailures counts the wave's failed upgrades.
+// waveFailures lists the wave's nodes that count against its budget:
+// failed upgrades, and skipped nodes (not upgraded: the wave did not do
+// its job on them, so it cannot pass as if it had).
 func (r *run) waveFailures(w int) (failed []*nodeRec) {
 	for _, n := range r.nodes {
-		if n.Wave == w && n.Op == opUpgrade && n.State == Failed {
+		if n.Wave == w && n.Op == opUpgrade && (n.State == Failed || n.State == Skipped) {
 			failed = append(failed, n)
 		}
 	}
 	return failed
+}
+
+// shortfall describes failed and skipped nodes: "2 failed, 1 skipped".
+func shortfall(nodes []*nodeRec) string {
+	failed, skipped := 0, 0
+	for _, n := range nodes {
+		if n.State == Skipped {
+			skipped++
+		} else {
+			failed++
+		}
+	}
+	var parts []string
+	if failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d failed", failed))
+	}
+	if skipped > 0 {
+		parts = append(parts, fmt.Sprintf("%d skipped", skipped))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // gate closes a wave once it settled: over its failure budget the
@@ -755,10 +816,13 @@ func (e *Engine) gate(r *run, now time.Time) {
 		return
 	}
 	if over {
-		r.HaltReason = fmt.Sprintf("%s: %d failed, budget %d", r.waveName(r.Wave), len(failed)-r.Accepted, r.waveBudget(r.Wave))
+		r.HaltReason = fmt.Sprintf("%s: %s, budget %d", r.waveName(r.Wave), shortfall(failed), r.waveBudget(r.Wave))
+		if r.Accepted > 0 {
+			r.HaltReason += fmt.Sprintf(" (%d accepted by an operator)", r.Accepted)
+		}
 		r.Evidence = r.Evidence[:0]
 		for _, n := range failed {
-			line := n.Name + ": " + n.Reason
+			line := n.Name + " " + string(n.State) + ": " + n.Reason
 			if len(n.Evidence) > 0 {
 				line += " [" + strings.Join(n.Evidence, "; ") + "]"
 			}
@@ -767,13 +831,17 @@ func (e *Engine) gate(r *run, now time.Time) {
 		e.phase(r, PhaseHalted, now, "halted: "+r.HaltReason)
 		return
 	}
+	closed := "passed"
+	if len(failed) > 0 {
+		closed = "closed within its budget with " + shortfall(failed)
+	}
 	if r.Wave+1 >= len(r.Plan.Waves) {
-		e.phase(r, PhaseCompleted, now, "completed")
+		e.phase(r, PhaseCompleted, now, "completed"+r.incompleteNote())
 		return
 	}
 	if soak := r.Spec.Soak.D(); soak > 0 {
 		r.SoakUntil, r.dirty = now.Add(soak), true
-		e.phase(r, PhaseSoaking, now, fmt.Sprintf("%s passed: soaking %v", r.waveName(r.Wave), soak))
+		e.phase(r, PhaseSoaking, now, fmt.Sprintf("%s %s: soaking %v", r.waveName(r.Wave), closed, soak))
 		return
 	}
 	if r.Wave == 0 && r.Spec.Approval == ApprovalManual {
@@ -781,6 +849,29 @@ func (e *Engine) gate(r *run, now time.Time) {
 		return
 	}
 	e.nextWave(r, now)
+}
+
+// incompleteNote says what a finished rollout left undone: "" when every
+// node was upgraded, else ": N nodes not upgraded (skipped ...)".
+func (r *run) incompleteNote() string {
+	if m := r.incomplete(); m != "" {
+		return ": " + m
+	}
+	return ""
+}
+
+// incomplete lists the nodes a rollout did not upgrade, with why.
+func (r *run) incomplete() string {
+	var lines []string
+	for _, n := range r.nodes {
+		if n.Op == opUpgrade && (n.State == Skipped || n.State == Failed) {
+			lines = append(lines, n.Name+" "+string(n.State)+" ("+n.Reason+")")
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d nodes not upgraded: %s", len(lines), len(r.nodes), strings.Join(lines, "; "))
 }
 
 // promoteCanary keeps the canary honest: when every canary node was
@@ -870,13 +961,32 @@ func (e *Engine) startNodes(ctx context.Context, r *run, now time.Time, eligible
 	for _, n := range cands {
 		nv, known := e.view.nodes[n.Name]
 		if !known || !nv.connected {
-			e.transition(r, n, Skipped, now, "agent not connected when its turn came")
+			// The listing may be a poll interval old: ask about this node now.
+			nv, known = e.refreshNode(ctx, n.Name)
+		}
+		if !known || !nv.connected {
+			grace := r.Spec.connectGrace()
+			if n.waitSince.IsZero() {
+				n.waitSince = now
+				e.pending = append(e.pending, event{Rollout: r.ID, Time: now, Node: n.Name, Kind: evTransition, From: n.State, To: n.State,
+					Message: fmt.Sprintf("agent not connected when its turn came: waiting up to %v for it to reconnect", grace)})
+			}
+			if now.Sub(n.waitSince) < grace {
+				if r.blocked == "" {
+					r.blocked = n.Name + ": " + campaign.WaitingNote(n.waitSince, grace)
+				}
+				continue
+			}
+			n.waitSince = time.Time{}
+			e.transition(r, n, Skipped, now, campaign.GaveUpNote(grace)+": not upgraded")
 			continue
 		}
+		n.waitSince = time.Time{}
 		if why, down := e.view.out[n.Name]; down {
 			e.transition(r, n, Skipped, now, "out of service when its turn came ("+why+"): left as it is")
 			continue
 		}
+		delete(out, n.Name) // counted as out while its agent was away
 		if len(out) >= limit {
 			r.blocked = fmt.Sprintf("max unavailable reached: %d of %d nodes out of service (limit %d)", len(out), size, limit)
 			return

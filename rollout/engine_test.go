@@ -88,7 +88,7 @@ func TestCanaryFailureHaltsBeforeWaveOne(t *testing.T) {
 	if s.Counts[Failed] != 1 || s.Counts[Pending] != 5 {
 		t.Fatalf("counts %v", s.Counts)
 	}
-	if !strings.Contains(s.HaltReason, "canary: 1 failed, budget 0") || len(s.Evidence) != 1 || !strings.Contains(s.Evidence[0], "XID_79") {
+	if s.HaltReason != "canary: 1 failed, budget 0" || len(s.Evidence) != 1 || !strings.Contains(s.Evidence[0], "XID_79") {
 		t.Fatalf("halt %q evidence %q", s.HaltReason, s.Evidence)
 	}
 	if calls := h.fleet.upgradeCalls(); len(calls) != 1 || calls["gpu-001"] != 1 {
@@ -329,6 +329,7 @@ func TestForeignDrainNeverResumed(t *testing.T) {
 	h.drain.Set("gpu-003", drain.Status{Drained: true, Reason: "bad DIMM, ticket 4411"})
 	spec := baseSpec()
 	spec.MaxUnavailable = Count(3)
+	spec.FailureBudget.Wave = Count(1) // the skipped gpu-003 fits the budget
 	id := h.start(spec)
 
 	// While gpu-001 (the canary) validates, someone drains it for their own
@@ -341,8 +342,8 @@ func TestForeignDrainNeverResumed(t *testing.T) {
 		}
 	}
 	s := h.runUntil(id, 300, settled)
-	if s.Phase != PhaseCompleted {
-		t.Fatalf("phase %s counts %v", s.Phase, s.Counts)
+	if s.Phase != PhaseCompleted || s.Waves[1].State != "incomplete" || !strings.Contains(s.Incomplete, "gpu-003 skipped") {
+		t.Fatalf("phase %s counts %v waves %+v incomplete %q", s.Phase, s.Counts, s.Waves, s.Incomplete)
 	}
 	if n := nodeState(s, "gpu-003"); n.State != Skipped || !strings.Contains(n.Reason, "bad DIMM") {
 		t.Fatalf("gpu-003 %+v", n)
@@ -376,8 +377,20 @@ func TestPreCheckFailureLeavesNodeAsFound(t *testing.T) {
 	id := h.start(spec)
 	s := h.runUntil(id, 200, settled)
 	n := nodeState(s, "gpu-002")
-	if s.Phase != PhaseCompleted || n.State != Skipped || !strings.Contains(n.Reason, "pre-upgrade inspection") || h.fleet.upgradeCalls()["gpu-002"] != 0 {
+	// A node left as found is not upgraded: it counts against the wave.
+	if s.Phase != PhaseHalted || n.State != Skipped || !strings.Contains(n.Reason, "pre-upgrade inspection") || h.fleet.upgradeCalls()["gpu-002"] != 0 {
 		t.Fatalf("%s %+v", s.Phase, n)
+	}
+	if s.HaltReason != "wave 1: 1 skipped, budget 0" || len(s.Evidence) != 1 || !strings.Contains(s.Evidence[0], "gpu-002 skipped: failed its pre-upgrade inspection") {
+		t.Fatalf("halt %q evidence %q", s.HaltReason, s.Evidence)
+	}
+	// The operator accepts it: the rollout completes and still says so.
+	if err := h.eng.Resume(h.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	s = h.runUntil(id, 50, settled)
+	if s.Phase != PhaseCompleted || s.Waves[1].State != "incomplete" || !strings.Contains(s.Incomplete, "1 of 3 nodes not upgraded: gpu-002 skipped") {
+		t.Fatalf("phase %s waves %+v incomplete %q", s.Phase, s.Waves, s.Incomplete)
 	}
 	if len(h.drain.ourDrains()) != 0 {
 		t.Fatal("left drained")
@@ -559,7 +572,9 @@ func TestRunOnWallClock(t *testing.T) {
 }
 
 // TestSkippedCanaryIsReplaced: a canary drained by someone else does not
-// count as a passed canary; the next node takes its place.
+// count as a passed canary: it halts the rollout (it counts against the
+// canary's budget), and once an operator accepts it the next node takes
+// its place.
 func TestSkippedCanaryIsReplaced(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4)
@@ -569,7 +584,14 @@ func TestSkippedCanaryIsReplaced(t *testing.T) {
 	spec.Waves = []Amount{Percent(100)}
 	id := h.start(spec)
 	s := h.runUntil(id, 200, settled)
-	if s.Phase != PhaseHalted || !strings.HasPrefix(s.HaltReason, "canary") {
+	if s.Phase != PhaseHalted || s.HaltReason != "canary: 1 skipped, budget 0" || s.Waves[0].State != "halted" {
+		t.Fatalf("phase %s halt %q waves %+v", s.Phase, s.HaltReason, s.Waves)
+	}
+	if err := h.eng.Resume(h.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	s = h.runUntil(id, 200, settled)
+	if s.Phase != PhaseHalted || !strings.HasPrefix(s.HaltReason, "canary: 1 failed, 1 skipped") {
 		t.Fatalf("phase %s halt %q counts %v", s.Phase, s.HaltReason, s.Counts)
 	}
 	if n := nodeState(s, "gpu-002"); n.Wave != 0 || n.State != Failed {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,6 +110,8 @@ type fakeFleet struct {
 	order  []string
 	reboot time.Duration
 	calls  []string
+	// listings counts Nodes calls.
+	listings int
 }
 
 func newFakeFleet(clock campaign.Clock, n int) *fakeFleet {
@@ -153,10 +156,15 @@ func (f *fakeFleet) inventory(n *fnode) report.Inventory {
 func (f *fakeFleet) Nodes(ctx context.Context, sel string) ([]campaign.Node, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.listings++
 	var out []campaign.Node
 	for _, name := range f.order {
 		n := f.nodes[name]
-		if sel != "" && sel != "sku=h100" {
+		if one, ok := strings.CutPrefix(sel, "name="); ok {
+			if name != one {
+				continue
+			}
+		} else if sel != "" && sel != "sku=h100" {
 			return nil, fmt.Errorf("fake fleet: selector %q not supported", sel)
 		}
 		cn := campaign.Node{Name: name, Labels: n.labels, State: "healthy", Activity: "idle",

@@ -128,7 +128,11 @@ type nodeRec struct {
 	opSeq   uint64    // the in-flight operation's number
 	nextTry time.Time // earliest next poll or retry
 	lastErr string    // last transient error, for status
-	dirty   bool
+	// waitSince: the node's turn came with its agent not connected; it is
+	// waited for until waitSince + the spec's connect grace. In memory
+	// only: a restarted coordinator gives every agent a fresh grace.
+	waitSince time.Time
+	dirty     bool
 }
 
 // run is one rollout in memory.

@@ -82,7 +82,7 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		}
 		if r.Phase == PhaseHalted {
 			r.Accepted = len(r.waveFailures(r.Wave))
-			e.note(r, now, "", fmt.Sprintf("resume after halt: %d failures of %s accepted (%s)", r.Accepted, r.waveName(r.Wave), r.HaltReason))
+			e.note(r, now, "", fmt.Sprintf("resume after halt: %d failed or skipped nodes of %s accepted (%s)", r.Accepted, r.waveName(r.Wave), r.HaltReason))
 			r.HaltReason = ""
 			e.phase(r, PhaseRunning, now, "resumed")
 		}

@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/compat"
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/selector"
@@ -81,6 +82,10 @@ type Spec struct {
 	Approval   string     `yaml:"approval" json:"approval,omitempty"`
 	Validation Validation `yaml:"validation" json:"validation"`
 	Deadlines  Deadlines  `yaml:"deadlines" json:"deadlines"`
+	// ConnectGrace is how long a node whose agent is not connected when
+	// its turn comes is waited for before it is skipped (default 2m, from
+	// 5s to 24h); a skipped node counts against its wave's budget.
+	ConnectGrace Duration `yaml:"connect_grace" json:"connect_grace"`
 }
 
 // Target is the versions the rollout moves nodes to.
@@ -503,6 +508,11 @@ func (s *Spec) Validate() error {
 			return bad("deadlines."+f.name, "%v: at least 1s", f.v.D())
 		}
 	}
+	grace := s.ConnectGrace.D()
+	if err := campaign.CheckConnectGrace(&grace); err != nil {
+		return bad("connect_grace", "%v", err)
+	}
+	s.ConnectGrace = Duration(grace)
 	return nil
 }
 
@@ -562,6 +572,15 @@ func (v *Validation) validate(bad func(field, format string, a ...any) error) er
 		v.PreCheck = &yes
 	}
 	return nil
+}
+
+// connectGrace is the spec's grace; a rollout stored before the field
+// existed gets the default.
+func (s *Spec) connectGrace() time.Duration {
+	if s.ConnectGrace <= 0 {
+		return campaign.DefaultConnectGrace
+	}
+	return s.ConnectGrace.D()
 }
 
 // compares reports whether validation compares the NCCL metric with a

@@ -4,23 +4,28 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/campaign"
 )
 
 // Status is a rollout as `rollout status -o json` shows it.
 type Status struct {
-	ID          string        `json:"id"`
-	Name        string        `json:"name,omitempty"`
-	Driver      string        `json:"driver"`
-	Selector    string        `json:"selector"`
-	Phase       Phase         `json:"phase"`
-	Paused      bool          `json:"paused"`
-	PauseReason string        `json:"pause_reason,omitempty"`
-	Wave        int           `json:"wave"`
-	SoakUntil   *time.Time    `json:"soak_until,omitempty"`
-	HaltReason  string        `json:"halt_reason,omitempty"`
-	Evidence    []string      `json:"evidence,omitempty"`
-	Blocked     string        `json:"blocked,omitempty"` // why no node started at the last step
-	Counts      map[State]int `json:"counts"`
+	ID          string     `json:"id"`
+	Name        string     `json:"name,omitempty"`
+	Driver      string     `json:"driver"`
+	Selector    string     `json:"selector"`
+	Phase       Phase      `json:"phase"`
+	Paused      bool       `json:"paused"`
+	PauseReason string     `json:"pause_reason,omitempty"`
+	Wave        int        `json:"wave"`
+	SoakUntil   *time.Time `json:"soak_until,omitempty"`
+	HaltReason  string     `json:"halt_reason,omitempty"`
+	Evidence    []string   `json:"evidence,omitempty"`
+	Blocked     string     `json:"blocked,omitempty"` // why no node started at the last step
+	// Incomplete lists the nodes not upgraded (skipped or failed) with
+	// their reasons; empty when every node so far was upgraded.
+	Incomplete string        `json:"incomplete,omitempty"`
+	Counts     map[State]int `json:"counts"`
 	// Unavailable counts the nodes this rollout holds out of service;
 	// MaxUnavailable is the limit over the scope, counting everyone's.
 	Unavailable    int          `json:"unavailable"`
@@ -36,9 +41,11 @@ type Status struct {
 
 // WaveStatus sums up one wave.
 type WaveStatus struct {
-	Index  int    `json:"index"`
-	Name   string `json:"name"`
-	State  string `json:"state"` // pending, running, passed, halted, soaking
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	// State: pending, running, passed, incomplete (closed within its
+	// budget with failed or skipped nodes), halted, soaking, stopped.
+	State  string `json:"state"`
 	Size   int    `json:"size"`
 	Budget int    `json:"budget"`
 	// Counts per outcome.
@@ -51,21 +58,23 @@ type WaveStatus struct {
 
 // NodeStatus is one node's place in the rollout.
 type NodeStatus struct {
-	Node         string     `json:"node"`
-	Wave         int        `json:"wave"`
-	State        State      `json:"state"`
-	Op           string     `json:"op"`
-	Since        time.Time  `json:"since"`
-	Deadline     *time.Time `json:"deadline,omitempty"`
-	FromDriver   string     `json:"from_driver"`
-	Reason       string     `json:"reason,omitempty"`
-	Evidence     []string   `json:"evidence,omitempty"`
-	Hold         string     `json:"hold,omitempty"`
-	LastError    string     `json:"last_error,omitempty"`
-	Baseline     float64    `json:"baseline,omitempty"`
-	BaselineFrom string     `json:"baseline_from,omitempty"`
-	DrainedByUs  bool       `json:"drained_by_us"`
-	Upgrades     int        `json:"upgrades"`
+	Node       string     `json:"node"`
+	Wave       int        `json:"wave"`
+	State      State      `json:"state"`
+	Op         string     `json:"op"`
+	Since      time.Time  `json:"since"`
+	Deadline   *time.Time `json:"deadline,omitempty"`
+	FromDriver string     `json:"from_driver"`
+	Reason     string     `json:"reason,omitempty"`
+	Evidence   []string   `json:"evidence,omitempty"`
+	Hold       string     `json:"hold,omitempty"`
+	LastError  string     `json:"last_error,omitempty"`
+	// Waiting says why a pending node whose turn came has not started.
+	Waiting      string  `json:"waiting,omitempty"`
+	Baseline     float64 `json:"baseline,omitempty"`
+	BaselineFrom string  `json:"baseline_from,omitempty"`
+	DrainedByUs  bool    `json:"drained_by_us"`
+	Upgrades     int     `json:"upgrades"`
 }
 
 // Summary is one line of List.
@@ -101,7 +110,7 @@ func (e *Engine) Status(id string) (*Status, error) {
 		ID: r.ID, Name: r.Spec.Name, Driver: r.Spec.Target.Driver, Selector: r.Spec.Selector,
 		Phase: r.Phase, Paused: r.Paused, PauseReason: r.PauseReason, Wave: r.Wave,
 		SoakUntil: timePtr(r.SoakUntil), HaltReason: r.HaltReason, Evidence: r.Evidence,
-		Blocked: r.blocked, Counts: map[State]int{}, MaxUnavailable: r.Spec.MaxUnavailable.String() + " of " + r.Spec.MaxUnavailableScope,
+		Blocked: r.blocked, Incomplete: r.incomplete(), Counts: map[State]int{}, MaxUnavailable: r.Spec.MaxUnavailable.String() + " of " + r.Spec.MaxUnavailableScope,
 		Excluded: r.Plan.Excluded, Created: r.Created, Updated: r.Updated, Finished: timePtr(r.Finished), Spec: r.Spec,
 	}
 	for _, w := range r.Plan.Waves {
@@ -112,7 +121,11 @@ func (e *Engine) Status(id string) (*Status, error) {
 		if n.holdsSlot() {
 			s.Unavailable++
 		}
-		s.Nodes = append(s.Nodes, NodeStatus{
+		waiting := ""
+		if n.State == Pending && !n.waitSince.IsZero() {
+			waiting = campaign.WaitingNote(n.waitSince, r.Spec.connectGrace())
+		}
+		s.Nodes = append(s.Nodes, NodeStatus{Waiting: waiting,
 			Node: n.Name, Wave: n.Wave, State: n.State, Op: n.Op, Since: n.Since, Deadline: timePtr(n.Deadline),
 			FromDriver: n.FromDriver, Reason: n.Reason, Evidence: n.Evidence, Hold: n.Hold, LastError: n.lastErr,
 			Baseline: n.Baseline, BaselineFrom: n.BaselineFrom, DrainedByUs: n.DrainedByUs, Upgrades: n.Upgrades,
@@ -138,6 +151,9 @@ func (e *Engine) Status(id string) (*Status, error) {
 	for i := range s.Waves {
 		w := &s.Waves[i]
 		switch {
+		case (i < r.Wave || (i == r.Wave && (r.Phase == PhaseCompleted || r.Phase == PhaseSoaking || r.Phase == PhaseAwaitingApproval))) &&
+			w.Failed+w.Skipped > 0:
+			w.State = "incomplete" // never "passed" with nodes left un-upgraded
 		case i < r.Wave || (i == r.Wave && (r.Phase == PhaseCompleted || r.Phase == PhaseSoaking || r.Phase == PhaseAwaitingApproval)):
 			w.State = "passed"
 		case i == r.Wave && r.Phase == PhaseHalted:
