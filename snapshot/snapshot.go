@@ -123,6 +123,18 @@ type GPUState struct {
 	// supported" (NVML returning GPU_IS_LOST, UNKNOWN...), each naming the
 	// GPU and the call. The rest of the state is still valid.
 	Errors []string `json:",omitempty"`
+	// Unreachable lists GPUs the driver knows but nvidia-smi cannot talk
+	// to ("Unable to determine the device handle for GPU0000:9B:00.0:
+	// Unknown Error"). They are not in GPUs.
+	Unreachable []UnreachableGPU `json:",omitempty"`
+}
+
+// UnreachableGPU is a GPU nvidia-smi named but could not query.
+type UnreachableGPU struct {
+	PCIBusID string // normalized like GPU.PCIBusID
+	// Index is its position in nvidia-smi order when known, -1 otherwise.
+	Index int
+	Error string // "Unknown Error", "GPU is lost"
 }
 
 // GPU is one physical GPU. Pointer fields are nil when the value is not
@@ -323,7 +335,12 @@ type KernelEvent struct {
 	Time time.Time
 	// SinceBoot is the raw seconds-since-boot stamp of plain dmesg, when present.
 	SinceBoot *time.Duration
-	Raw       string
+	// DriverLoad marks the driver's load banner ("NVRM: loading NVIDIA UNIX
+	// ... Kernel Module"), an EventGPUReset for every GPU. The driver
+	// prints it after probing the GPUs, so lines seconds before it belong
+	// to this load, not to the one before.
+	DriverLoad bool `json:",omitempty"`
+	Raw        string
 }
 
 // HCA is one RDMA adapter from /sys/class/infiniband.

@@ -48,9 +48,11 @@ var _ checks.Check = Fabric{}
 // Name is the check's fixed name.
 func (Fabric) Name() string { return "gpu.fabric" }
 
-// Needs nvidia-smi (or NVML): fabric state is per GPU. The kernel log is
-// read when present and does not gate the check.
-func (Fabric) Needs() []snapshot.Source { return []snapshot.Source{snapshot.SrcNvidiaSMI} }
+// Needs nil: the check gates itself. Fabric state is per GPU and comes from
+// nvidia-smi (or NVML), but SXid lines in the kernel log and the Fabric
+// Manager version are judged without it: a node whose nvidia-smi is absent
+// or failing may be the one whose NVSwitches are failing.
+func (Fabric) Needs() []snapshot.Source { return nil }
 
 // Disruptive is false: the check only reads the snapshot.
 func (Fabric) Disruptive() bool { return false }
@@ -68,14 +70,22 @@ type sxidKey struct {
 
 // Run judges the fabric.
 func (Fabric) Run(in checks.Input) checks.Result {
-	if in.Snap == nil || in.Snap.GPU == nil {
-		return checks.Errorf("nvidia-smi: source is ok but holds no GPU data")
+	if in.Snap == nil {
+		return checks.Errorf("no snapshot")
 	}
 	cfg := conf(in)
 	snap := in.Snap
 	expect := cfg.Expect.NVSwitch
 	if expect != nil && !*expect {
 		return checks.Skipf("no NVSwitch fabric (expect.nvswitch is false)")
+	}
+	gate, noGPUs := checks.SourceGate(snap, snapshot.SrcNvidiaSMI)
+	if !noGPUs && snap.GPU == nil {
+		return checks.Errorf("nvidia-smi: source is ok but holds no GPU data")
+	}
+	sx := collectSXids(in, cfg.Xid.Lookback.D(defaultLookback))
+	if noGPUs {
+		return sxidsOnly(in, gate, sx)
 	}
 
 	var fabricGPUs []snapshot.GPU
@@ -89,7 +99,6 @@ func (Fabric) Run(in checks.Input) checks.Result {
 		}
 		fabricGPUs = append(fabricGPUs, g)
 	}
-	sx := collectSXids(in, cfg.Xid.Lookback.D(defaultLookback))
 	if len(fabricGPUs) == 0 && sx.total == 0 && expect == nil {
 		return checks.Skipf("no NVSwitch fabric: no GPU reports a fabric state and the kernel log has no SXid")
 	}
@@ -133,23 +142,52 @@ func (Fabric) Run(in checks.Input) checks.Result {
 	res.Metric("fabric.gpus", float64(len(fabricGPUs)))
 	res.Metric("fabric.ready_gpus", float64(ready))
 
-	for _, k := range sx.order {
-		judged = true
-		g := sx.groups[k]
-		res.Add(g.finding(k))
-	}
-	if sx.total > 0 {
+	if sx.add(&res) {
 		judged = true
 	}
-	res.Metric("sxid.events", float64(sx.total))
-	res.Metric("sxid.fatal_events", float64(sx.fatal))
-	res.Metric("sxid.new_events", float64(sx.fresh))
 
 	if !judged {
 		res.Status = report.Skip
 		res.Reason = "pre-Hopper GPUs report no fabric state, and neither the Fabric Manager version nor SXid lines are known"
 	}
 	return res
+}
+
+// sxidsOnly judges a node whose GPU view is missing (gate says why) on its
+// SXid lines and Fabric Manager version alone. Without SXids the gate's
+// skip or error stands; with them the findings decide, and a failed
+// nvidia-smi still makes the result at least an error.
+func sxidsOnly(in checks.Input, gate checks.Result, sx sxids) checks.Result {
+	if sx.total == 0 {
+		return gate
+	}
+	res := checks.Result{Status: report.Pass}
+	snap := in.Snap
+	fm, drv := versionCore(snap.Versions.FabricManager), versionCore(snap.Versions.Driver)
+	if fm != "" && drv != "" && fm != drv {
+		res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent, Code: CodeFMMismatch,
+			Message: fmt.Sprintf("Fabric Manager %s does not match driver %s; they must match exactly (install nvidia-fabricmanager %s)",
+				snap.Versions.FabricManager, drv, drv),
+			Action: report.ActionDrain})
+	}
+	sx.add(&res)
+	res.Reason = "judged on SXid lines only: " + gate.Reason
+	if gate.Status == report.Error {
+		res.Status = report.Worse(res.Status, report.Error)
+	}
+	return res
+}
+
+// add puts the SXid findings and metrics into res; it reports whether
+// there were any SXid lines to judge.
+func (sx sxids) add(res *checks.Result) bool {
+	for _, k := range sx.order {
+		res.Add(sx.groups[k].finding(k))
+	}
+	res.Metric("sxid.events", float64(sx.total))
+	res.Metric("sxid.fatal_events", float64(sx.fatal))
+	res.Metric("sxid.new_events", float64(sx.fresh))
+	return sx.total > 0
 }
 
 // fabricFinding judges one GPU's fabric registration; nil when it is ready.
@@ -221,16 +259,19 @@ func collectSXids(in checks.Input, lookback time.Duration) sxids {
 		return out
 	}
 	f := newEventFilter(in, lookback)
-	nodeResetAfter := make([]bool, len(snap.Kernel.Events))
-	reset := false
-	for i := len(snap.Kernel.Events) - 1; i >= 0; i-- {
-		e := snap.Kernel.Events[i]
-		nodeResetAfter[i] = reset
-		if e.Kind == snapshot.EventGPUReset && e.PCIBusID == "" {
-			reset = true
+	// A per-GPU reset marker does not cover a switch: judge against the
+	// node-wide ones only.
+	nodeWide := make([]snapshot.KernelEvent, len(snap.Kernel.Events))
+	for i, e := range snap.Kernel.Events {
+		if e.Kind == snapshot.EventGPUReset && e.PCIBusID != "" {
+			e.Kind = "" // not a marker here
 		}
+		if e.Kind == snapshot.EventSXid {
+			e.PCIBusID = "" // a switch, not a GPU: only node-wide resets cover it
+		}
+		nodeWide[i] = e
 	}
-	f.resetAfter = nodeResetAfter
+	f.resetAfter = resetsAfter(nodeWide)
 	for i, e := range snap.Kernel.Events {
 		if e.Kind != snapshot.EventSXid || f.skipReason(i, e) != "" {
 			continue

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/checks"
 	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/probe/kmsg"
 	"github.com/fleetcheck/fleetcheck/report"
 	"github.com/fleetcheck/fleetcheck/snapshot"
 )
@@ -235,5 +236,52 @@ func TestVersionCore(t *testing.T) {
 		if got := versionCore(in); got != want {
 			t.Errorf("versionCore(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestFabricWithoutNvidiaSMI: SXid lines are judged from the kernel log
+// even when nvidia-smi.xml is absent or failed (a node whose NVSwitches
+// fail often takes nvidia-smi with it). Lines are the real shapes from
+// fixtures/xid/xid_kernel_log_line_samples.txt.
+func TestFabricWithoutNvidiaSMI(t *testing.T) {
+	t.Parallel()
+	fatal := "[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
+	nonFatal := "[131460.000000] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)\n"
+	cases := []struct {
+		name   string
+		smi    snapshot.SourceState
+		log    string
+		status report.Status
+		want   []string
+	}{
+		{"absent, fatal SXid", snapshot.SourceState{State: snapshot.StateAbsent, Error: "nvidia-smi not found"}, fatal,
+			report.Fail, []string{"SXID_FATAL node fail reboot"}},
+		{"failed, fatal SXid", snapshot.SourceState{State: snapshot.StateFailed, Error: "nvidia-smi exited 15"}, fatal,
+			report.Fail, []string{"SXID_FATAL node fail reboot"}},
+		{"failed, non-fatal SXid stays an error", snapshot.SourceState{State: snapshot.StateFailed, Error: "nvidia-smi exited 15"}, nonFatal,
+			report.Error, []string{"SXID_NONFATAL node warn monitor"}},
+		{"absent, no SXid", snapshot.SourceState{State: snapshot.StateAbsent, Error: "nvidia-smi not found"}, "",
+			report.Skip, nil},
+		{"failed, no SXid", snapshot.SourceState{State: snapshot.StateFailed, Error: "nvidia-smi exited 15"}, "",
+			report.Error, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := h100Node()
+			s.GPU = nil
+			s.Uptime = 131500 * time.Second
+			s.SetSource(snapshot.SrcNvidiaSMI, tc.smi)
+			var err error
+			s.Kernel, err = kmsg.Parse([]byte(tc.log), now, s.Uptime)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := run(Fabric{}, s, nil, nil)
+			wantResult(t, r, tc.status, tc.want...)
+			if r.Reason == "" {
+				t.Errorf("no reason naming the missing nvidia-smi")
+			}
+		})
 	}
 }

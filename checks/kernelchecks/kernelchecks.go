@@ -167,12 +167,19 @@ func isResetMarker(e snapshot.KernelEvent) bool {
 	return false
 }
 
+// driverLoadWindow is how long before its load banner the driver may print
+// what it found while probing the GPUs ("GPU has fallen off the bus",
+// Xid 79): the banner comes last, after every GPU was probed. Those lines
+// belong to that load and still count.
+const driverLoadWindow = 30 * time.Second
+
 // resetsAfter marks, walking the log backwards, the events that a later
 // reset covers. Log order is the clock here: it holds even for lines whose
-// time cannot be told.
+// time cannot be told. A driver load covers only what came more than
+// driverLoadWindow before it (or whose distance to it cannot be told).
 func resetsAfter(events []snapshot.KernelEvent) []bool {
 	out := make([]bool, len(events))
-	nodeReset := false
+	var node nodeResets
 	busReset := map[string]bool{}
 	for i := len(events) - 1; i >= 0; i-- {
 		e := events[i]
@@ -180,16 +187,68 @@ func resetsAfter(events []snapshot.KernelEvent) []bool {
 		if bus != "" {
 			bus = snapshot.NormalizeBusID(bus)
 		}
-		out[i] = nodeReset || (bus != "" && busReset[bus])
+		out[i] = node.covers(e) || (bus != "" && busReset[bus])
 		if isResetMarker(e) {
 			if bus == "" {
-				nodeReset = true
+				node.add(e)
 			} else {
 				busReset[bus] = true
 			}
 		}
 	}
 	return out
+}
+
+// nodeResets is what the node-wide resets (driver loads, boots) seen later
+// in the log say about an earlier event.
+type nodeResets struct {
+	// other: a boot, or a driver load whose distance to some event cannot
+	// be told, came later.
+	other bool
+	// loads holds the later driver loads' clocks; only the latest matters
+	// (an event inside the latest load's window is inside every earlier
+	// one's), but a log may mix stamped and unstamped lines.
+	latestWall  time.Time
+	latestSince *time.Duration
+	untimed     bool
+}
+
+func (n *nodeResets) add(e snapshot.KernelEvent) {
+	if !e.DriverLoad {
+		n.other = true
+		return
+	}
+	switch {
+	case !e.Time.IsZero():
+		if e.Time.After(n.latestWall) {
+			n.latestWall = e.Time
+		}
+	case e.SinceBoot != nil:
+		if n.latestSince == nil || *e.SinceBoot > *n.latestSince {
+			d := *e.SinceBoot
+			n.latestSince = &d
+		}
+	default:
+		n.untimed = true
+	}
+}
+
+// covers reports whether a later node-wide reset makes e stale.
+func (n *nodeResets) covers(e snapshot.KernelEvent) bool {
+	if n.other || n.untimed {
+		return true
+	}
+	if !n.latestWall.IsZero() {
+		if e.Time.IsZero() || n.latestWall.Sub(e.Time) > driverLoadWindow {
+			return true
+		}
+	}
+	if n.latestSince != nil {
+		if e.SinceBoot == nil || *n.latestSince-*e.SinceBoot > driverLoadWindow {
+			return true
+		}
+	}
+	return false
 }
 
 // clip shortens driver text for a finding message.

@@ -18,7 +18,10 @@ import (
 // An Xid counts unless xid.ignore lists it, it is older than xid.lookback
 // (default 24 h, against the run's time; plain dmesg stamps get their wall
 // time from the uptime), or its GPU was reset after it (a GPU
-// re-initialisation, a driver load, a boot, or Xid 154 back to "None"). An
+// re-initialisation, a driver load, a boot, or Xid 154 back to "None"). A
+// driver load covers only lines more than 30 s before its banner: the
+// driver prints what it found probing the GPUs (a GPU off the bus) just
+// before the banner, and that belongs to the load. An
 // Xid whose age cannot be told counts. With a previous run, only Xids whose
 // line that run had not seen become findings; the metrics count them all.
 //

@@ -274,3 +274,68 @@ func TestXidOnParsedLog(t *testing.T) {
 		t.Errorf("metrics: %v", r.Metrics)
 	}
 }
+
+// TestFellOffBusAtDriverLoad: the driver probes the GPUs before it prints
+// its load banner, so a GPU that is off the bus at boot shows up seconds
+// BEFORE "NVRM: loading NVIDIA UNIX ...". That line belongs to the load and
+// is current; an Xid long before the banner is from the previous load.
+func TestFellOffBusAtDriverLoad(t *testing.T) {
+	t.Parallel()
+	banner := "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Mar  5 22:42:15 UTC 2024"
+	cases := []struct {
+		name        string
+		log         string
+		want        []string
+		beforeReset float64
+	}{
+		{
+			name: "plain dmesg stamps",
+			log: "[    0.000000] Linux version 5.15.0-105-generic (buildd@lcy02-amd64-054)\n" +
+				"[    3.410021] nvidia: loading out-of-tree module taints kernel.\n" +
+				"[    4.012000] NVRM: GPU 0000:9a:00.0: GPU has fallen off the bus.\n" +
+				"[    4.711000] " + banner + "\n",
+			want: []string{"GPU_FELL_OFF_BUS GPU4 fail reseat"},
+		},
+		{
+			name: "dmesg -T, Xid 79 with the driver's line",
+			log: "[Sat Nov 28 11:00:03 2026] NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n" +
+				"[Sat Nov 28 11:00:03 2026] NVRM: GPU 0000:9a:00.0: GPU has fallen off the bus.\n" +
+				"[Sat Nov 28 11:00:09 2026] " + banner + "\n",
+			want: []string{"XID_79 GPU4 fail reboot"},
+		},
+		{
+			name: "an Xid an hour before a reload stays before the reset",
+			log: "[Sat Nov 28 10:00:03 2026] NVRM: Xid (PCI:0000:9a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n" +
+				"[Sat Nov 28 10:00:03 2026] NVRM: GPU 0000:9a:00.0: GPU has fallen off the bus.\n" +
+				"[Sat Nov 28 11:00:09 2026] " + banner + "\n",
+			beforeReset: 2,
+		},
+		{
+			name: "a boot banner after it always resets",
+			log: "[Sat Nov 28 11:00:03 2026] NVRM: GPU 0000:9a:00.0: GPU has fallen off the bus.\n" +
+				"[Sat Nov 28 11:00:04 2026] Linux version 5.15.0-105-generic (buildd@lcy02-amd64-054)\n",
+			beforeReset: 1,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			snap := h100Node()
+			snap.Uptime = time.Hour
+			var err error
+			snap.Kernel, err = kmsg.Parse([]byte(tc.log), now, snap.Uptime)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := run(Xid{}, snap, nil, nil)
+			status := report.Pass
+			if len(tc.want) > 0 {
+				status = report.Fail
+			}
+			wantResult(t, r, status, tc.want...)
+			if got := r.Metrics["xid.before_reset_events"]; got != tc.beforeReset {
+				t.Errorf("xid.before_reset_events = %v, want %v", got, tc.beforeReset)
+			}
+		})
+	}
+}

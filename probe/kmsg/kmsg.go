@@ -228,6 +228,7 @@ func (p *parser) message(st stamp, msg, raw []byte) {
 		// The driver (re)loaded: every GPU was initialised afresh.
 		e := p.event(snapshot.EventGPUReset, st, line)
 		e.Message = "NVIDIA driver loaded"
+		e.DriverLoad = true
 		p.emit(e)
 	case strings.HasPrefix(s, "Linux version "):
 		// A boot banner inside the log (journalctl -k over several boots):

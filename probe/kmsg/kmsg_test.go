@@ -218,7 +218,7 @@ func TestLineShapes(t *testing.T) {
 		{
 			name: "driver load resets every GPU",
 			in:   "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.161.08  Tue Mar  5 22:42:15 UTC 2024",
-			want: []snapshot.KernelEvent{{Kind: snapshot.EventGPUReset, Message: "NVIDIA driver loaded"}},
+			want: []snapshot.KernelEvent{{Kind: snapshot.EventGPUReset, Message: "NVIDIA driver loaded", DriverLoad: true}},
 		},
 		{
 			name: "continuation never starts an event",
