@@ -40,6 +40,9 @@ type Config struct {
 	StateDir string `yaml:"state_dir"`
 	// HostRoot is where /sys and /proc are read (tests and containers).
 	HostRoot string `yaml:"host_root"`
+	// Host chooses the machine the agent reads: live (default), a
+	// simulated node or a replayed bundle; see HostConfig.
+	Host HostConfig `yaml:"host"`
 
 	// Interval between quick passes of the enabled passive checks.
 	Interval config.Duration `yaml:"interval"`
@@ -296,7 +299,8 @@ func ParseConfig(data []byte) (*Config, error) {
 }
 
 // LoadConfig reads an agent config file. Relative paths in it (state_dir,
-// activity_file, tls files, checks.matrix_file, gossip.keyring_file) are
+// activity_file, tls files, checks.matrix_file, gossip.keyring_file,
+// host.path) are
 // taken relative to the file's directory, the compatibility matrix is
 // loaded and the gossip keyring checked.
 func LoadConfig(path string) (*Config, error) {
@@ -309,7 +313,7 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	base := filepath.Dir(path)
-	for _, p := range []*string{&c.StateDir, &c.ActivityFile, &c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile, &c.Checks.MatrixFile} {
+	for _, p := range []*string{&c.StateDir, &c.ActivityFile, &c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile, &c.Checks.MatrixFile, &c.Host.Path} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(base, *p)
 		}
@@ -424,6 +428,9 @@ func (c *Config) Validate() error {
 		return bad("reconnect: need 0 < initial <= max")
 	}
 	if err := c.validateActions(); err != nil {
+		return err
+	}
+	if err := c.validateHost(); err != nil {
 		return err
 	}
 	if c.Gossip.Enabled() {

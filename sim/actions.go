@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,12 +32,17 @@ const (
 	ActionGPUSlowdown      = "gpu-slowdown"       // FACTOR (0 < f <= 1) or LOAD% (1 < l < 100)
 	ActionGPUSlowdownClear = "gpu-slowdown-clear" // (none)
 	ActionGPUBurn          = "gpu-burn"           // SECONDS or a Go duration
+	ActionPCIeBandwidth    = "pcie-bandwidth"     // (none)
+	ActionReboot           = "reboot"             // (none)
+	ActionFault            = "sim-fault"          // KIND [TARGET] [VALUE...] (ParseFault)
+	ActionClear            = "sim-clear"          // [KIND [TARGET]]
 )
 
 // Actions lists the built-in action names.
 func Actions() []string {
 	return []string{ActionDriverUpgrade, ActionDriverRollback, ActionXidInject, ActionXidClear,
-		ActionIBPortDown, ActionIBPortUp, ActionGPUSlowdown, ActionGPUSlowdownClear, ActionGPUBurn}
+		ActionIBPortDown, ActionIBPortUp, ActionGPUSlowdown, ActionGPUSlowdownClear, ActionGPUBurn,
+		ActionPCIeBandwidth, ActionReboot, ActionFault, ActionClear}
 }
 
 // driverVersionRE is what nvidia-smi prints as driver_version.
@@ -47,7 +53,21 @@ const maxBurn = 24 * time.Hour
 
 // RunAction runs a built-in action. The output reads like the real tool's
 // last lines; err says why an action did not succeed.
+// Every run that succeeds is counted (ActionCount, State).
 func (n *Node) RunAction(ctx context.Context, name string, args []string) (string, error) {
+	out, err := n.runAction(ctx, name, args)
+	if err == nil {
+		n.mu.Lock()
+		if n.actions == nil {
+			n.actions = map[string]int{}
+		}
+		n.actions[name]++
+		n.mu.Unlock()
+	}
+	return out, err
+}
+
+func (n *Node) runAction(ctx context.Context, name string, args []string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
@@ -103,8 +123,60 @@ func (n *Node) RunAction(ctx context.Context, name string, args []string) (strin
 		return "background GPU load stopped\n", nil
 	case ActionGPUBurn:
 		return n.burn(ctx, arg(0))
+	case ActionPCIeBandwidth:
+		return n.pcieBandwidth(), nil
+	case ActionReboot:
+		n.Reboot()
+		return "rebooting\n", nil
+	case ActionFault:
+		f, err := ParseFault(args)
+		if err == nil {
+			err = n.AddFault(f)
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		return fmt.Sprintf("fault %s on %s in place\n", f.Kind(), f.Target()), nil
+	case ActionClear:
+		kind := FaultKind(arg(0))
+		if kind != "" && !slices.Contains(FaultKinds(), kind) {
+			return "", fmt.Errorf("%s: %w: unknown fault kind %q (known: %s)", name, ErrBadFault, kind, kindList())
+		}
+		target := arg(1)
+		if g, err := strconv.Atoi(target); err == nil {
+			target = gpuTarget(g)
+		}
+		if n.ClearFault(kind, target) {
+			return "faults cleared\n", nil
+		}
+		return "no such fault in place\n", nil
 	}
 	return "", fmt.Errorf("%w %q (built-in: %s)", ErrUnknownAction, name, strings.Join(Actions(), ", "))
+}
+
+// pcieBandwidth prints what a host-to-device / device-to-host copy test
+// measures, as the metric lines burn-in reads: full bandwidth for a
+// healthy link, less for a GPU whose link trained narrower.
+func (n *Node) pcieBandwidth() string {
+	f := n.frame()
+	var b strings.Builder
+	worst := 1.0
+	for i, g := range n.spec.GPUs {
+		share := 1.0
+		if w := n.gpuWidth(i, f.v); w > 0 && g.Model.PCIeWidth > 0 {
+			share = float64(w) / float64(g.Model.PCIeWidth)
+		}
+		worst = min(worst, share)
+	}
+	gen := 5
+	if len(n.spec.GPUs) > 0 {
+		gen = n.spec.GPUs[0].Model.PCIeGen
+	}
+	// About 55 GB/s on a Gen5 x16 link, half that per generation down.
+	full := 55.2 / float64(int(1)<<max(0, 5-gen))
+	fmt.Fprintf(&b, "metric pcie.h2d_bandwidth_gbps %.1f\n", full*worst)
+	fmt.Fprintf(&b, "metric pcie.d2h_bandwidth_gbps %.1f\n", 0.995*full*worst)
+	return b.String()
 }
 
 // Driver returns the installed driver version.

@@ -34,6 +34,9 @@ type Node struct {
 	pci   []pciFunc
 	tree  *fsTree
 
+	// firstBoot is the boot at New: the GPUs' static values follow it.
+	firstBoot time.Time
+
 	mu   sync.Mutex
 	boot time.Time
 	// driver and fabricManager are the installed versions: an upgrade
@@ -44,6 +47,7 @@ type Node struct {
 	upgrading bool
 	// burns counts gpu-burn actions running: the GPUs run hot meanwhile.
 	burns    int
+	actions  map[string]int // built-in action runs that succeeded
 	entries  []faultEntry
 	nextID   uint64
 	v        *view
@@ -103,6 +107,7 @@ func New(spec Spec) (*Node, error) {
 	if n.boot.IsZero() {
 		n.boot = n.clock.Now().Add(-spec.Uptime)
 	}
+	n.firstBoot = n.boot
 	n.gpus = deriveGPUs(&n.spec, n.boot)
 	n.hcas = deriveHCAs(&n.spec)
 	n.driver, n.fabricManager = spec.Driver, spec.FabricManager

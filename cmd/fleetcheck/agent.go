@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetcheck/fleetcheck/agent"
-	"github.com/fleetcheck/fleetcheck/host/live"
 	"github.com/fleetcheck/fleetcheck/metrics"
 )
 
@@ -41,12 +40,9 @@ func newAgentCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			h, err := live.New(cfg.HostRoot, cfg.Checks.Tools)
+			h, err := agent.OpenHost(cfg, logger.With().Str("node", cfg.Node).Logger())
 			if err != nil {
 				return err
-			}
-			if cfg.Checks.Expect.GPUCount > 0 {
-				h.SetGPUCount(cfg.Checks.Expect.GPUCount)
 			}
 			reg := prometheus.NewRegistry()
 			for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {

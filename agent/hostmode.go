@@ -1,0 +1,280 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/host/bundle"
+	"github.com/fleetcheck/fleetcheck/host/live"
+	"github.com/fleetcheck/fleetcheck/sim"
+)
+
+// Host modes: what the agent reads and acts on.
+const (
+	// HostLive is the real machine (the default).
+	HostLive = "live"
+	// HostSim is a simulated node (package sim): the same model the demo
+	// runs, rendered in the real tools' formats, its faults set and
+	// cleared through the agent's configured actions. For trials and
+	// staging fleets on machines without GPUs.
+	HostSim = "sim"
+	// HostBundle replays a captured support bundle on every pass.
+	HostBundle = "bundle"
+)
+
+// HostConfig is the config's `host:` section.
+type HostConfig struct {
+	// Mode is live (default), sim or bundle.
+	Mode string `yaml:"mode"`
+	// SKU is the simulated node's shape: h100 (8×H100 SXM, 8×CX-7 NDR
+	// 400; the default) or a100 (8×A100 SXM4, 8×CX-6 HDR 200).
+	SKU string `yaml:"sku"`
+	// Seed varies serials, UUIDs and measurement noise between nodes.
+	Seed uint64 `yaml:"seed"`
+	// DCGM makes `dcgmi diag` available on the simulated node (default true).
+	DCGM *bool `yaml:"dcgm"`
+	// ActionDelay is how long a simulated driver change takes before the
+	// node reboots with it (default 0, at most 10m).
+	ActionDelay config.Duration `yaml:"action_delay"`
+	// Faults are in place when the simulated node is first built, each in
+	// sim's text form ("ib_port_down mlx5_4", "ecc_uncorrectable GPU3 2").
+	// A restarted agent finds the node as it left it instead.
+	Faults []string `yaml:"faults"`
+	// Path is the bundle to replay (a directory or .tar.gz).
+	Path string `yaml:"path"`
+}
+
+// Bounds of the host section.
+const (
+	maxSimFaults      = 64
+	maxSimActionDelay = 10 * time.Minute
+	// SimStateFile, in the state dir, is the simulated node's state.
+	SimStateFile = "sim-node.json"
+)
+
+// mode is the host mode with the default filled in.
+func (h HostConfig) mode() string {
+	if h.Mode == "" {
+		return HostLive
+	}
+	return h.Mode
+}
+
+// validateHost checks the host section, and that nothing else in the
+// config needs the real machine when the host is not live.
+func (c *Config) validateHost() error {
+	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrInvalid}, a...)...) }
+	h := c.Host
+	simOnly := h.SKU != "" || h.Seed != 0 || h.DCGM != nil || h.ActionDelay != 0 || len(h.Faults) > 0
+	switch h.mode() {
+	case HostLive:
+		if simOnly || h.Path != "" {
+			return bad("host: sku, seed, dcgm, action_delay, faults and path apply to mode sim or bundle, not live")
+		}
+		return nil
+	case HostSim:
+		if h.Path != "" {
+			return bad("host.path applies to mode bundle, not sim")
+		}
+		if h.SKU != "" && h.SKU != "h100" && h.SKU != "a100" {
+			return bad("host.sku %q: h100 or a100", h.SKU)
+		}
+		if d := time.Duration(h.ActionDelay); d < 0 || d > maxSimActionDelay {
+			return bad("host.action_delay %s: between 0 and %s", d, maxSimActionDelay)
+		}
+		if len(h.Faults) > maxSimFaults {
+			return bad("host.faults: at most %d", maxSimFaults)
+		}
+		for i, f := range h.Faults {
+			if _, err := sim.ParseFault(strings.Fields(f)); err != nil {
+				return bad("host.faults[%d]: %v", i, err)
+			}
+		}
+		builtin := sim.Actions()
+		for _, name := range c.actionNames() {
+			if p := c.Actions[name].Command[0]; !slices.Contains(builtin, p) {
+				return bad("actions.%s: command[0] %q is a program, but host mode sim runs the simulator's built-in actions only (%s)",
+					name, p, strings.Join(builtin, ", "))
+			}
+		}
+	case HostBundle:
+		if simOnly {
+			return bad("host: sku, seed, dcgm, action_delay and faults apply to mode sim, not bundle")
+		}
+		if h.Path == "" {
+			return bad("host.path: the bundle to replay is required with mode bundle")
+		}
+		if len(c.Actions) > 0 {
+			return bad("actions: a replayed bundle cannot run actions (host mode bundle); remove the actions section")
+		}
+		if c.MultiNode != nil {
+			return bad("multi_node: a replayed bundle cannot run multi-node tests (host mode bundle)")
+		}
+	default:
+		return bad("host.mode %q: live, sim or bundle", h.Mode)
+	}
+	// Sim and bundle hosts read no machine: keys that point at one would
+	// be silently ignored.
+	if c.HostRoot != "/" {
+		return bad("host_root %q reads the real machine; host mode %s reads none (remove host_root)", c.HostRoot, h.Mode)
+	}
+	def := config.Defaults().Tools
+	got := c.Checks.Tools
+	if got.NvidiaSMI != def.NvidiaSMI || got.Dmesg != def.Dmesg || got.DCGMI != def.DCGMI || got.AllReducePerf != def.AllReducePerf ||
+		!reflect.DeepEqual(got.AllReduceArgs, def.AllReduceArgs) || !reflect.DeepEqual(got.Launcher, def.Launcher) ||
+		!reflect.DeepEqual(got.UseNVML, def.UseNVML) {
+		return bad("checks.tools: tool paths, arguments, launcher and use_nvml run the real machine's tools; host mode %s runs none (only the timeouts apply)", h.Mode)
+	}
+	return nil
+}
+
+// OpenHost opens the host the config names: the live machine (host_root,
+// checks.tools), a simulated node kept in the state dir, or a replayed
+// bundle. The caller runs the agent on it.
+func OpenHost(cfg *Config, log zerolog.Logger) (host.Host, error) {
+	switch cfg.Host.mode() {
+	case HostSim:
+		return openSim(cfg, log)
+	case HostBundle:
+		b, err := bundle.Open(cfg.Host.Path)
+		if err != nil {
+			return nil, fmt.Errorf("host mode bundle: %w", err)
+		}
+		log.Info().Str("bundle", cfg.Host.Path).Str("hostname", b.Name()).Msg("host: replaying a support bundle")
+		return b, nil
+	}
+	h, err := live.New(cfg.HostRoot, cfg.Checks.Tools)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Checks.Expect.GPUCount > 0 {
+		h.SetGPUCount(cfg.Checks.Expect.GPUCount)
+	}
+	return h, nil
+}
+
+// simHost is a simulated node whose state outlives the agent process: it
+// is written to the state dir after every action (and at open), and read
+// back when the agent starts again. The driver an upgrade installed and
+// the faults a drill injected are still there after a restart, as on a
+// real node whose agent restarts.
+type simHost struct {
+	*sim.Node
+	path string
+	log  zerolog.Logger
+	mu   sync.Mutex // one save at a time
+}
+
+var (
+	_ host.Host            = (*simHost)(nil)
+	_ host.ActionRunner    = (*simHost)(nil)
+	_ host.MultiNodeRunner = (*simHost)(nil)
+)
+
+func openSim(cfg *Config, log zerolog.Logger) (*simHost, error) {
+	spec := sim.DefaultSpec(cfg.Node)
+	if cfg.Host.SKU == "a100" {
+		spec = sim.A100Spec(cfg.Node)
+	}
+	spec.Seed = cfg.Host.Seed
+	spec.Labels = cfg.Labels
+	spec.DCGMDiag = cfg.Host.DCGM == nil || *cfg.Host.DCGM
+	spec.ActionDelay = time.Duration(cfg.Host.ActionDelay)
+	n, err := sim.New(spec)
+	if err != nil {
+		return nil, fmt.Errorf("host mode sim: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("host mode sim: state dir: %w", err)
+	}
+	h := &simHost{Node: n, path: filepath.Join(cfg.StateDir, SimStateFile), log: log}
+	st, err := ReadSimState(h.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		for _, f := range cfg.Host.Faults {
+			x, err := sim.ParseFault(strings.Fields(f))
+			if err == nil {
+				err = n.AddFault(x)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("host mode sim: fault %q: %w", f, err)
+			}
+		}
+	case err != nil:
+		// Refuse rather than start over: a node that forgot its upgraded
+		// driver or an injected fault would mislead every campaign.
+		return nil, fmt.Errorf("host mode sim: %w (remove the file to start the node afresh)", err)
+	default:
+		if err := n.Restore(st); err != nil {
+			return nil, fmt.Errorf("host mode sim: %s: %w (remove the file to start the node afresh)", h.path, err)
+		}
+	}
+	if err := h.save(); err != nil {
+		return nil, err
+	}
+	st = n.State()
+	sku := cfg.Host.SKU
+	if sku == "" {
+		sku = "h100"
+	}
+	log.Info().Str("sku", sku).Str("driver", st.Driver).Int("faults", len(st.Faults)).
+		Str("state_file", h.path).Msg("host: simulated node")
+	return h, nil
+}
+
+// ReadSimState reads a simulated node's state file (SimStateFile in an
+// agent's state dir).
+func ReadSimState(path string) (sim.State, error) {
+	var st sim.State
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("read %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// RunAction runs the built-in action and keeps the node's new state.
+func (h *simHost) RunAction(ctx context.Context, name string, args []string) (string, error) {
+	out, err := h.Node.RunAction(ctx, name, args)
+	if serr := h.save(); serr != nil {
+		h.log.Error().Err(serr).Str("action", name).Msg("simulated node state not kept")
+		if err == nil {
+			err = serr
+		}
+	}
+	return out, err
+}
+
+// save writes the state atomically: a crash leaves the old file or the new.
+func (h *simHost) save() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, err := json.MarshalIndent(h.Node.State(), "", "  ")
+	if err != nil {
+		return fmt.Errorf("simulated node state: %w", err)
+	}
+	tmp := h.path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("simulated node state: %w", err)
+	}
+	if err := os.Rename(tmp, h.path); err != nil {
+		return fmt.Errorf("simulated node state: %w", err)
+	}
+	return nil
+}
