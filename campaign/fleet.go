@@ -23,6 +23,11 @@ type Node struct {
 	Activity  string // busy|idle|drained (the agent says)
 	Connected bool
 	Inventory report.Inventory
+	// OutOfService: the coordinator has taken the node out of service
+	// (State draining or drained, by its drain policy); OutOfServiceReason
+	// says by whom and why ("drain policy through slurm: ib.ports: ...").
+	OutOfService       bool
+	OutOfServiceReason string
 }
 
 // RunOptions bound one request to an agent.

@@ -616,11 +616,16 @@ func (s *Server) applyResult(x *session, r *store.Result) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.merge(r)
-	if e.sess == nil || campaignOwned(e.state) {
-		return // the stream is gone (unreachable wins) or a campaign owns the node
+	policy := s.drainPolicy()
+	why := policy.observe(e, r)
+	if e.sess == nil {
+		return // the stream is gone: unreachable wins
 	}
-	state, reason := e.liveState()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s.setState(ctx, e, state, reason, "", nil, s.now())
+	if !campaignOwned(e.state) { // else a campaign or the drain policy owns the node
+		state, reason := e.liveState()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.setState(ctx, e, state, reason, "", nil, s.now())
+	}
+	policy.apply(e, why)
 }

@@ -42,10 +42,14 @@ import (
 //	  adapter: slurm            # none (default) | slurm | kubernetes
 //	  slurm: {scontrol: /usr/bin/scontrol, timeout: 30s}
 //	  kubernetes: {kubeconfig: /etc/fleetcheck/kubeconfig, evict_unmanaged: false}
+//	  policy: {actions: [drain, replace, reseat], codes: [ECC_UNCORRECTABLE]}
 type DrainConfig struct {
 	Adapter    string           `yaml:"adapter"`
 	Slurm      SlurmDrainConfig `yaml:"slurm"`
 	Kubernetes K8sDrainConfig   `yaml:"kubernetes"`
+	// Policy takes nodes out of service as their results arrive
+	// (drainpolicy.go); off by default.
+	Policy DrainPolicyConfig `yaml:"policy"`
 }
 
 // SlurmDrainConfig names the Slurm tools (PATH lookups by default).
@@ -93,6 +97,9 @@ func (c Config) validateCampaigns() error {
 	case "", "none", "slurm", "kubernetes":
 	default:
 		errs = append(errs, fmt.Errorf("drain.adapter %q: must be none, slurm or kubernetes", c.Drain.Adapter))
+	}
+	if err := c.Drain.Policy.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Breaker.Window < 0 || c.Breaker.MaxShare < 0 || c.Breaker.MaxShare > 1 || c.Breaker.MaxCount < 0 {
 		errs = append(errs, errors.New("breaker: window, max_share (0..1) and max_count must not be negative"))
@@ -187,6 +194,7 @@ type campaigns struct {
 	matrix  string // configured compatibility matrix file
 	bl      *baselines.Store
 	breaker *campaign.Breaker
+	policy  *drainPolicy // nil when the drain policy is off
 	sweep   *sweep.Engine
 	rollout *rollout.Engine
 	burnin  *burnin.Engine
@@ -276,6 +284,15 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	} else {
 		c.log.Warn().Err(err).Msg("burn-in drains not restored into the breaker")
 	}
+	if nodes, err := st.Nodes(ctx); err == nil {
+		c.breaker.Restore(policyBreakerRecords(nodes))
+	} else {
+		c.log.Warn().Err(err).Msg("drain policy drains not restored into the breaker")
+	}
+	if p := s.cfg.Drain.Policy; p.Enabled() {
+		c.policy = newDrainPolicy(c.ctx, s, p, adapter, s.cfg.Drain.Adapter, c.breaker, c.log)
+		c.log.Info().Strs("actions", p.Actions).Strs("codes", p.Codes).Str("adapter", c.policy.via).Msg("drain policy on")
+	}
 	if sc := s.cfg.SweepSchedule; sc != nil {
 		spec, err := specFromMap(sc.Spec)
 		if err != nil {
@@ -363,6 +380,7 @@ func (c *campaigns) stop() error {
 		<-jobs.Done()
 	}
 	c.wg.Wait()
+	c.policy.wait()
 	return c.db.Close()
 }
 
@@ -1070,6 +1088,14 @@ func (c *campaigns) DrillAbort(ctx context.Context, req *pb.CampaignRef) (*pb.Do
 		return nil, campaignErr(op, err)
 	}
 	return jsonDoc(op, d)
+}
+
+// drainPolicy is the running drain policy; nil when it is off.
+func (s *Server) drainPolicy() *drainPolicy {
+	if s.camp == nil {
+		return nil
+	}
+	return s.camp.policy
 }
 
 // campaignFleet is the fleet campaigns run on: Options.Fleet when the

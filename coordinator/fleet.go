@@ -86,18 +86,23 @@ func (f *fleet) Nodes(ctx context.Context, sel string) ([]campaign.Node, error) 
 			continue
 		}
 		cn := campaign.Node{Name: n.Name, Labels: n.Labels, State: n.State, Inventory: n.Inventory}
+		reason := n.StateReason
 		// The live view is fresher than the store for the state, the
 		// connection and the activity.
 		if e := s.reg.lookup(n.Name); e != nil {
 			e.mu.Lock()
 			if e.state != "" {
 				cn.State = e.streamState() // campaigns never see the gossip hint
+				reason = e.reason
 			}
 			if e.sess != nil {
 				cn.Connected = true
 				cn.Activity = activityName(pb.NodeActivity(e.sess.activity.Load()))
 			}
 			e.mu.Unlock()
+		}
+		if campaignOwned(cn.State) {
+			cn.OutOfService, cn.OutOfServiceReason = true, reason
 		}
 		out = append(out, cn)
 	}

@@ -195,7 +195,13 @@ type nodeJSON struct {
 	DriverVersion string            `json:"driver_version"`
 	LastSeen      string            `json:"last_seen,omitempty"`
 	FailingChecks []string          `json:"failing_checks"`
+	// OutOfService: the coordinator took the node out of service (state
+	// draining or drained); state_reason says by whom and why.
+	OutOfService bool `json:"out_of_service"`
 }
+
+// outOfService reports whether a node state is out of service.
+func outOfService(state string) bool { return state == "draining" || state == "drained" }
 
 func newNodesCmd() *cobra.Command {
 	var f opFlags
@@ -227,16 +233,21 @@ func newNodesCmd() *cobra.Command {
 				for _, n := range resp.Nodes {
 					nodes = append(nodes, nodeJSON{Name: n.Name, State: n.State, StateReason: n.StateReason,
 						Connected: n.Connected, Labels: n.Labels, GPUs: n.Gpus, DriverVersion: n.DriverVersion,
-						LastSeen: jsonTime(n.LastSeenUnixMs), FailingChecks: append([]string{}, n.FailingChecks...)})
+						LastSeen: jsonTime(n.LastSeenUnixMs), FailingChecks: append([]string{}, n.FailingChecks...),
+						OutOfService: outOfService(n.State)})
 				}
 				return writeJSON(out, map[string]any{"nodes": nodes})
 			}
 			now := time.Now()
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tSTATE\tGPUS\tDRIVER\tLAST-SEEN\tFAILING-CHECKS")
+			fmt.Fprintln(tw, "NODE\tSTATE\tGPUS\tDRIVER\tLAST-SEEN\tFAILING-CHECKS\tOUT-OF-SERVICE")
 			for _, n := range resp.Nodes {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", n.Name, n.State, n.Gpus, orDash(n.DriverVersion),
-					ago(n.LastSeenUnixMs, now), orDash(strings.Join(n.FailingChecks, ",")))
+				oos := "-"
+				if outOfService(n.State) {
+					oos = orDash(n.StateReason) // who took it out, through what, and why
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, n.State, n.Gpus, orDash(n.DriverVersion),
+					ago(n.LastSeenUnixMs, now), orDash(strings.Join(n.FailingChecks, ",")), oos)
 			}
 			return tw.Flush()
 		},
