@@ -6,6 +6,7 @@ package host
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"time"
 
@@ -25,6 +26,14 @@ type Host interface {
 	// NVLink text, kernel log, all_reduce_perf, dcgmi diag, versions).
 	// It never blocks past ctx's deadline.
 	Capture(ctx context.Context, src snapshot.Source) Capture
+}
+
+// Streamer is a host that can hand a source's output as a stream: a
+// bundle's dmesg.txt, which may be hundreds of megabytes, is parsed line
+// by line instead of held whole. The stream is nil unless there is data;
+// the caller closes it.
+type Streamer interface {
+	CaptureStream(ctx context.Context, src snapshot.Source) (io.ReadCloser, Capture)
 }
 
 // Capture is the raw output of one source and how getting it went.

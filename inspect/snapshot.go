@@ -62,8 +62,16 @@ func Read(ctx context.Context, h host.Host, want Want) *snapshot.Snapshot {
 		srcs = append(srcs, snapshot.SrcDCGMDiag)
 	}
 	caps := make([]host.Capture, len(srcs))
+	var kernel *streamedLog
 	var wg sync.WaitGroup
 	for i, src := range srcs {
+		if sh, ok := h.(host.Streamer); ok && src == snapshot.SrcKernelLog {
+			// A bundle's kernel log may be hundreds of megabytes: parse it
+			// as it is read instead of holding it.
+			kernel = &streamedLog{}
+			wg.Go(func() { caps[i] = kernel.read(ctx, sh, s.CollectedAt, s.Uptime) })
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -80,6 +88,10 @@ func Read(ctx context.Context, h host.Host, want Want) *snapshot.Snapshot {
 		c := caps[i]
 		if src == snapshot.SrcNvidiaSMI && c.State == snapshot.StateAbsent && nvmlErr != nil && !errors.Is(nvmlErr, errNoNVML) {
 			c.Err = nvmlErr.Error() + "; " + c.Err
+		}
+		if src == snapshot.SrcKernelLog && kernel != nil {
+			kernel.record(s, c)
+			continue
 		}
 		parse(s, src, c)
 	}
@@ -136,6 +148,38 @@ func parse(s *snapshot.Snapshot, src snapshot.Source, c host.Capture) {
 		st.Error = err.Error()
 	}
 	s.SetSource(src, st)
+}
+
+// streamedLog is a kernel log parsed from a stream (host.Streamer).
+type streamedLog struct {
+	log *snapshot.KernelLog
+	err error
+}
+
+func (k *streamedLog) read(ctx context.Context, h host.Streamer, collectedAt time.Time, uptime time.Duration) host.Capture {
+	rc, c := h.CaptureStream(ctx, snapshot.SrcKernelLog)
+	if rc == nil {
+		return c
+	}
+	defer rc.Close()
+	if c.State == snapshot.StateOK {
+		k.log, k.err = kmsg.ParseReader(rc, collectedAt, uptime)
+	}
+	return c
+}
+
+// record is parse for a streamed log: a read that failed half way is a
+// failed source, like a parse error.
+func (k *streamedLog) record(s *snapshot.Snapshot, c host.Capture) {
+	st := snapshot.SourceState{State: c.State, ExitCode: c.ExitCode, Error: c.Err}
+	if c.State == snapshot.StateOK {
+		if k.err != nil {
+			st.State, st.Error = snapshot.StateFailed, k.err.Error()
+		} else {
+			s.Kernel = k.log
+		}
+	}
+	s.SetSource(snapshot.SrcKernelLog, st)
 }
 
 func readUptime(s *snapshot.Snapshot, fsys fs.FS) {

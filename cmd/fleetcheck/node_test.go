@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/fleetcheck/fleetcheck/report"
@@ -87,6 +88,22 @@ func TestAnalyzeHostileBundleExits2(t *testing.T) {
 	out, code := execute(t, "analyze", p)
 	if code != 2 || !strings.Contains(out, "hostile bundle") {
 		t.Fatalf("exit %d, output %q; want 2 and a hostile-bundle reason", code, out)
+	}
+}
+
+// A directory bundle whose dmesg.txt is a named pipe used to hang analyze
+// for ever; it exits 2 with one line naming the file.
+func TestAnalyzeDirectoryBundleWithPipeExits2(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"format":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "dmesg.txt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := execute(t, "analyze", dir)
+	if code != 2 || !strings.Contains(out, "hostile bundle") || !strings.Contains(out, "dmesg.txt") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+		t.Fatalf("exit %d, output %q; want 2 and one line naming dmesg.txt", code, out)
 	}
 }
 

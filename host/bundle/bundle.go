@@ -1,24 +1,27 @@
 // Package bundle reads a support bundle (format version 1, DESIGN.md): a
-// directory, or the same packed as .tar.gz. A bundle is untrusted input: a
-// packed one is unpacked into memory with its paths, entry types and sizes
-// checked, and anything hostile is refused with ErrHostile.
+// directory, or the same packed as .tar.gz. A bundle is untrusted input:
+// either kind has its paths, entry types and sizes checked against Limits
+// when it is opened, and anything hostile is refused with ErrHostile.
+// Memory stays bounded whatever the bundle holds: small files are held,
+// large ones are read from the disk or the archive when asked, and the
+// kernel log is handed to its parser as a stream (CaptureStream).
 package bundle
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"strings"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/host/safefs"
 	"github.com/fleetcheck/fleetcheck/snapshot"
 )
 
@@ -37,17 +40,6 @@ type Manifest struct {
 	Sources           map[snapshot.Source]snapshot.SourceState `json:"sources"`
 }
 
-// Limits bound what a packed bundle may unpack to.
-type Limits struct {
-	MaxTotalBytes int64 // sum of file sizes
-	MaxFileBytes  int64
-	MaxEntries    int
-}
-
-// DefaultLimits fit a real node's bundle (a large dmesg, all of sysfs for
-// the GPUs and HCAs) with room to spare.
-var DefaultLimits = Limits{MaxTotalBytes: 512 << 20, MaxFileBytes: 256 << 20, MaxEntries: 200000}
-
 var (
 	// ErrHostile marks a bundle refused for safety: path escapes, links,
 	// devices, or sizes past the limits.
@@ -63,16 +55,22 @@ type Bundle struct {
 	at       time.Time
 }
 
-var _ host.Host = (*Bundle)(nil)
+var (
+	_ host.Host     = (*Bundle)(nil)
+	_ host.Streamer = (*Bundle)(nil)
+)
 
 // Open opens a bundle directory or .tar.gz file with DefaultLimits.
 func Open(p string) (*Bundle, error) { return OpenWithLimits(p, DefaultLimits) }
 
-// OpenWithLimits opens a bundle with explicit limits for packed bundles.
+// OpenWithLimits opens a bundle with explicit limits.
 func OpenWithLimits(p string, lim Limits) (*Bundle, error) {
 	st, err := os.Stat(p)
 	if err != nil {
 		return nil, fmt.Errorf("open bundle: %w", err)
+	}
+	if err := safefs.CheckInfo(p, st, math.MaxInt64); err != nil {
+		return nil, fmt.Errorf("open bundle: %w", hostile(err))
 	}
 	if st.IsDir() {
 		// Through os.Root (dirfs.go), not os.DirFS: a symlink in a directory bundle may not
@@ -84,14 +82,26 @@ func OpenWithLimits(p string, lim Limits) (*Bundle, error) {
 		}
 		return FromFS(d)
 	}
-	f, err := os.Open(p)
+	f, err := os.OpenFile(p, safefs.OpenFlags, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open bundle: %w", err)
 	}
-	defer f.Close()
-	m, err := Unpack(f, lim)
+	if st, err = f.Stat(); err == nil {
+		err = safefs.CheckInfo(p, st, math.MaxInt64)
+	}
+	if err != nil || st.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("open bundle: %s changed while it was opened: %w", p, hostile(err))
+	}
+	// f stays open while the bundle is used: its large files are streamed
+	// from it (the os.File closes itself once unreachable).
+	m, err := Unpack(f, st.Size(), lim)
 	if err != nil {
+		f.Close()
 		return nil, fmt.Errorf("open bundle %s: %w", p, err)
+	}
+	if len(m.(*memFS).streamed) == 0 {
+		f.Close()
 	}
 	return FromFS(m)
 }
@@ -165,6 +175,33 @@ func (b *Bundle) FS() fs.FS {
 // a source recorded as failed or timed out is evidence, even without a file.
 func (b *Bundle) Capture(_ context.Context, src snapshot.Source) host.Capture {
 	data, err := fs.ReadFile(b.root, string(src))
+	return b.capture(src, data, err)
+}
+
+// CaptureStream is Capture with the data as a stream, for the kernel log:
+// a large dmesg.txt is parsed line by line, never held whole. The caller
+// closes the stream, which is nil unless the capture's State is ok or the
+// manifest recorded output with a failure.
+func (b *Bundle) CaptureStream(_ context.Context, src snapshot.Source) (io.ReadCloser, host.Capture) {
+	f, err := b.root.Open(string(src))
+	if err == nil {
+		if fi, serr := f.Stat(); serr == nil && fi.IsDir() {
+			f.Close()
+			f, err = nil, &fs.PathError{Op: "read", Path: string(src), Err: errIsDir}
+		}
+	}
+	c := b.capture(src, nil, err)
+	if err != nil {
+		return nil, c
+	}
+	if c.State == snapshot.StateAbsent {
+		f.Close()
+		return nil, c
+	}
+	return f, c
+}
+
+func (b *Bundle) capture(src snapshot.Source, data []byte, err error) host.Capture {
 	present := err == nil
 	rec, recorded := b.manifest.Sources[src]
 	if recorded && rec.State != "" && rec.State != snapshot.StateOK {
@@ -195,73 +232,6 @@ type emptyFS struct{}
 
 func (emptyFS) Open(name string) (fs.File, error) {
 	return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
-}
-
-// Unpack reads a .tar.gz bundle into memory, refusing entries that would
-// escape the root, links, devices, and anything past the limits.
-func Unpack(r io.Reader, lim Limits) (fs.FS, error) {
-	gz, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, fmt.Errorf("%w: not gzip: %v", ErrFormat, err)
-	}
-	defer gz.Close()
-	tr := tar.NewReader(gz)
-	m := newMemFS()
-	var total int64
-	entries := 0
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: read tar: %v", ErrFormat, err)
-		}
-		entries++
-		if entries > lim.MaxEntries {
-			return nil, fmt.Errorf("%w: more than %d entries", ErrHostile, lim.MaxEntries)
-		}
-		name, err := safeName(hdr.Name)
-		if err != nil {
-			return nil, err
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if name != "." {
-				m.addDir(name)
-			}
-		case tar.TypeReg:
-			if hdr.Size < 0 || hdr.Size > lim.MaxFileBytes {
-				return nil, fmt.Errorf("%w: %s is %d bytes, limit %d", ErrHostile, hdr.Name, hdr.Size, lim.MaxFileBytes)
-			}
-			if total+hdr.Size > lim.MaxTotalBytes {
-				return nil, fmt.Errorf("%w: unpacks past %d bytes", ErrHostile, lim.MaxTotalBytes)
-			}
-			// Read one byte past the declared size so a lying header is caught.
-			data, err := io.ReadAll(io.LimitReader(tr, hdr.Size+1))
-			if err != nil {
-				return nil, fmt.Errorf("%w: read %s: %v", ErrFormat, hdr.Name, err)
-			}
-			if int64(len(data)) != hdr.Size {
-				return nil, fmt.Errorf("%w: %s: size mismatch", ErrFormat, hdr.Name)
-			}
-			total += hdr.Size
-			if name == "." {
-				return nil, fmt.Errorf("%w: file entry names the root", ErrHostile)
-			}
-			if _, isDir := m.dirs[name]; isDir {
-				return nil, fmt.Errorf("%w: %s is both a file and a directory", ErrHostile, hdr.Name)
-			}
-			m.addFile(name, data)
-		case tar.TypeSymlink, tar.TypeLink:
-			return nil, fmt.Errorf("%w: %s is a link (to %q); bundles hold regular files only", ErrHostile, hdr.Name, hdr.Linkname)
-		case tar.TypeXGlobalHeader:
-			// pax global header: metadata only.
-		default:
-			return nil, fmt.Errorf("%w: %s has entry type %q; bundles hold regular files and directories only", ErrHostile, hdr.Name, string(hdr.Typeflag))
-		}
-	}
-	return m, nil
 }
 
 // safeName turns a tar entry name into a clean relative path, refusing

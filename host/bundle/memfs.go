@@ -9,15 +9,43 @@ import (
 	"time"
 )
 
-// memFS is a read-only in-memory file tree: a packed bundle is unpacked into
-// memory, never onto disk, so a hostile archive cannot write anywhere.
+// memFS is a read-only file tree of a packed bundle, never unpacked onto
+// disk, so a hostile archive cannot write anywhere. Small files are held
+// in memory; large ones (streamed) are read from the archive when opened.
 type memFS struct {
-	files map[string][]byte          // regular files by clean path
-	dirs  map[string]map[string]bool // directory → child names
+	files    map[string][]byte          // regular files held, by clean path
+	streamed map[string]streamed        // regular files left in the archive
+	dirs     map[string]map[string]bool // directory → child names
+	arc      *archive                   // where the streamed files are
 }
 
 func newMemFS() *memFS {
-	return &memFS{files: map[string][]byte{}, dirs: map[string]map[string]bool{".": {}}}
+	return &memFS{files: map[string][]byte{}, streamed: map[string]streamed{}, dirs: map[string]map[string]bool{".": {}}}
+}
+
+func (m *memFS) isFile(p string) bool {
+	_, held := m.files[p]
+	_, str := m.streamed[p]
+	return held || str
+}
+
+// size is a regular file's size, ok false when p is no file.
+func (m *memFS) size(p string) (int64, bool) {
+	if data, ok := m.files[p]; ok {
+		return int64(len(data)), true
+	}
+	if s, ok := m.streamed[p]; ok {
+		return s.size, true
+	}
+	return 0, false
+}
+
+func (m *memFS) addStreamed(p string, s streamed) {
+	dir := path.Dir(p)
+	m.addDir(dir)
+	m.dirs[dir][path.Base(p)] = true
+	delete(m.files, p)
+	m.streamed[p] = s
 }
 
 func (m *memFS) addDir(p string) {
@@ -42,6 +70,7 @@ func (m *memFS) addFile(p string, data []byte) {
 	dir := path.Dir(p)
 	m.addDir(dir)
 	m.dirs[dir][path.Base(p)] = true
+	delete(m.streamed, p)
 	m.files[p] = data
 }
 
@@ -51,6 +80,13 @@ func (m *memFS) Open(name string) (fs.File, error) {
 	}
 	if data, ok := m.files[name]; ok {
 		return &memFile{info: memInfo{name: path.Base(name), size: int64(len(data))}, r: strings.NewReader(string(data))}, nil
+	}
+	if s, ok := m.streamed[name]; ok {
+		rc, err := m.arc.open(s)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+		return &streamFile{info: memInfo{name: path.Base(name), size: s.size}, rc: rc}, nil
 	}
 	if _, ok := m.dirs[name]; ok {
 		entries, _ := m.ReadDir(name)
@@ -62,6 +98,18 @@ func (m *memFS) Open(name string) (fs.File, error) {
 func (m *memFS) ReadFile(name string) ([]byte, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: fs.ErrInvalid}
+	}
+	if s, ok := m.streamed[name]; ok {
+		f, err := m.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		data := make([]byte, s.size)
+		if _, err := io.ReadFull(f, data); err != nil {
+			return nil, &fs.PathError{Op: "read", Path: name, Err: err}
+		}
+		return data, nil
 	}
 	data, ok := m.files[name]
 	if !ok {
@@ -86,8 +134,8 @@ func (m *memFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	out := make([]fs.DirEntry, 0, len(names))
 	for _, c := range names {
 		full := path.Join(name, c)
-		if data, isFile := m.files[full]; isFile {
-			out = append(out, fs.FileInfoToDirEntry(memInfo{name: c, size: int64(len(data))}))
+		if size, isFile := m.size(full); isFile {
+			out = append(out, fs.FileInfoToDirEntry(memInfo{name: c, size: size}))
 		} else {
 			out = append(out, fs.FileInfoToDirEntry(memInfo{name: c, dir: true}))
 		}
@@ -96,8 +144,8 @@ func (m *memFS) ReadDir(name string) ([]fs.DirEntry, error) {
 }
 
 func (m *memFS) Stat(name string) (fs.FileInfo, error) {
-	if data, ok := m.files[name]; ok {
-		return memInfo{name: path.Base(name), size: int64(len(data))}, nil
+	if size, ok := m.size(name); ok {
+		return memInfo{name: path.Base(name), size: size}, nil
 	}
 	if _, ok := m.dirs[name]; ok {
 		return memInfo{name: path.Base(name), dir: true}, nil
@@ -137,6 +185,16 @@ type memFile struct {
 func (f *memFile) Stat() (fs.FileInfo, error) { return f.info, nil }
 func (f *memFile) Read(b []byte) (int, error) { return f.r.Read(b) }
 func (f *memFile) Close() error               { return nil }
+
+// streamFile is a file read from the archive as it is read.
+type streamFile struct {
+	info memInfo
+	rc   io.ReadCloser
+}
+
+func (f *streamFile) Stat() (fs.FileInfo, error) { return f.info, nil }
+func (f *streamFile) Read(b []byte) (int, error) { return f.rc.Read(b) }
+func (f *streamFile) Close() error               { return f.rc.Close() }
 
 type memDir struct {
 	info    memInfo

@@ -1,0 +1,90 @@
+package bundle
+
+import (
+	"path"
+	"strings"
+
+	"github.com/fleetcheck/fleetcheck/snapshot"
+)
+
+// Limits bound what a bundle may hold, directory or packed alike
+// (docs/bundles.md). A bundle past any of them is refused with ErrHostile
+// before a probe reads it. A zero field takes DefaultLimits' value.
+type Limits struct {
+	// MaxTotalBytes bounds the sum of file sizes. A packed bundle's
+	// decompressed stream may exceed it only by the tar headers' share
+	// (MaxEntries × 1 KiB + 16 MiB): a gzip bomb is refused as soon as it
+	// passes that, without holding what it unpacked.
+	MaxTotalBytes int64
+	// MaxFileBytes bounds any one file but the kernel log: every other
+	// file is read whole by its parser.
+	MaxFileBytes int64
+	// MaxKernelLogBytes bounds dmesg.txt, which is parsed as a stream,
+	// line by line, and never held whole.
+	MaxKernelLogBytes int64
+	// MaxEntries bounds files, directories and links together.
+	MaxEntries int
+}
+
+// DefaultLimits fit a real node's bundle (a kernel log of several boots,
+// all of sysfs for the GPUs and HCAs) with room to spare, and keep the
+// analysis of the largest accepted bundle under 300 MB of memory.
+var DefaultLimits = Limits{
+	MaxTotalBytes:     512 << 20,
+	MaxFileBytes:      32 << 20,
+	MaxKernelLogBytes: 256 << 20,
+	MaxEntries:        200000,
+}
+
+// Files at most heldFileBytes large are held in memory when the bundle is
+// opened, up to heldTotalBytes in all; larger ones are read from the disk
+// or the archive when a probe asks. Memory for a bundle's files is then
+// bounded by heldTotalBytes whatever the limits allow.
+const (
+	heldFileBytes  = 1 << 20
+	heldTotalBytes = 64 << 20
+)
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxTotalBytes <= 0 {
+		l.MaxTotalBytes = d.MaxTotalBytes
+	}
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = d.MaxFileBytes
+	}
+	if l.MaxKernelLogBytes <= 0 {
+		l.MaxKernelLogBytes = d.MaxKernelLogBytes
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = d.MaxEntries
+	}
+	return l
+}
+
+// decompressedLimit bounds a packed bundle's decompressed stream: the
+// files plus a tar header and padding (at most 1 KiB) per entry, plus
+// room for long-name and PAX records.
+func (l Limits) decompressedLimit() int64 {
+	return l.MaxTotalBytes + int64(l.MaxEntries)<<10 + 16<<20
+}
+
+// fileLimit is the size limit of the file at a bundle path.
+func (l Limits) fileLimit(name string) int64 {
+	if isKernelLog(name) {
+		return l.MaxKernelLogBytes
+	}
+	return l.MaxFileBytes
+}
+
+// isKernelLog reports whether a path names the kernel log: dmesg.txt at
+// the bundle root, or under the one top-level directory a packed bundle
+// may have.
+func isKernelLog(name string) bool {
+	name = path.Clean(name)
+	if path.Base(name) != string(snapshot.SrcKernelLog) {
+		return false
+	}
+	dir := path.Dir(name)
+	return dir == "." || (!strings.Contains(dir, "/") && dir != "fs")
+}
