@@ -57,6 +57,7 @@ type options struct {
 	ackTimeout   time.Duration
 	window       int
 	gossipTune   func(*membership.Config)
+	spoolFS      spool.FS
 }
 
 // WithVersion sets the agent version the hello declares.
@@ -75,6 +76,9 @@ func WithActivitySource(s ActivitySource) Option { return func(o *options) { o.a
 func WithGossipConfig(f func(*membership.Config)) Option {
 	return func(o *options) { o.gossipTune = f }
 }
+
+// WithSpoolFS writes the spool's files through fs (tests: a full disk).
+func WithSpoolFS(fs spool.FS) Option { return func(o *options) { o.spoolFS = fs } }
 
 // WithMetrics hands the agent's measurements to m (the /metrics exporter).
 func WithMetrics(m Metrics) Option { return func(o *options) { o.metrics = m } }
@@ -228,8 +232,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	spoolOpts := []spool.Option{spool.OnDrop(func(r spool.DropReason, n int) { a.o.metrics.SpoolDropped(string(r), n) })}
+	if a.o.spoolFS != nil {
+		spoolOpts = append(spoolOpts, spool.WithFS(a.o.spoolFS))
+	}
 	sp, err := spool.Open(filepath.Join(a.cfg.StateDir, "spool"),
-		spool.Limits{MaxEntries: a.cfg.Spool.MaxResults, MaxBytes: int64(a.cfg.Spool.MaxBytes)}, a.log)
+		spool.Limits{MaxEntries: a.cfg.Spool.MaxResults, MaxBytes: int64(a.cfg.Spool.MaxBytes)}, a.log, spoolOpts...)
 	if err != nil {
 		return err
 	}
@@ -247,7 +255,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.ctx = ctx
-	a.o.metrics.Spool(sp.Len(), sp.Bytes(), 0)
+	a.o.metrics.Spool(sp.Len(), sp.Bytes())
 	a.log.Info().Str("coordinator", a.cfg.Coordinator).Strs("enabled_checks", a.enabledNames).
 		Dur("interval_ms", time.Duration(a.cfg.Interval)).Int("spooled", sp.Len()).Msg("agent starting")
 
@@ -386,8 +394,10 @@ func (a *Agent) store(r *Result) error {
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)
 	}
-	dropped, err := a.spool.Put(r.ID, data)
-	a.o.metrics.Spool(a.spool.Len(), a.spool.Bytes(), dropped)
+	// Losses (the oldest dropped for the limits, or this one not
+	// writable) reach the metrics through the spool's OnDrop.
+	_, err = a.spool.Put(r.ID, data)
+	a.o.metrics.Spool(a.spool.Len(), a.spool.Bytes())
 	if err != nil {
 		return fmt.Errorf("spool result: %w", err)
 	}

@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -589,4 +592,42 @@ func TestScheduledResultFullWithSubsetEnabled(t *testing.T) {
 			}
 		}
 	})
+}
+
+// fullDisk is a filesystem with no space left: the spool cannot write a
+// result file.
+type fullDisk struct{}
+
+func (fullDisk) OpenFile(name string, flag int, perm os.FileMode) (spool.File, error) {
+	return nil, &os.PathError{Op: "open", Path: name, Err: syscall.ENOSPC}
+}
+func (fullDisk) Rename(o, n string) error { return os.Rename(o, n) }
+func (fullDisk) Remove(name string) error { return os.Remove(name) }
+
+// A result that cannot be spooled is lost: it is counted, once, as
+// no_space, besides the error log.
+func TestFullSpoolDiskCountsEveryLostResult(t *testing.T) {
+	t.Parallel()
+	tn := &testNet{}
+	c := newFakeCoord()
+	tn.serve(t, c)
+	ta := startAgent(t, testConfig(t), &fakeHost{}, tn, WithSpoolFS(fullDisk{}))
+	waitFor(t, "two passes", 10*time.Second, func() bool {
+		var n int
+		ta.metrics.read(func(m *recMetrics) { n = m.passes })
+		return n >= 2
+	})
+	ta.stop()
+	var passes int
+	var dropped map[string]int
+	ta.metrics.read(func(m *recMetrics) { passes, dropped = m.passes+m.workPasses, maps.Clone(m.dropped) })
+	if dropped[string(spool.DropNoSpace)] != passes || len(dropped) != 1 {
+		t.Errorf("%d results lost to a full disk, counted %v", passes, dropped)
+	}
+	if c.stored() != 0 {
+		t.Errorf("%d results reached the coordinator from a full disk", c.stored())
+	}
+	if !strings.Contains(ta.logs.String(), "cannot spool result") {
+		t.Error("no error log for the lost results")
+	}
 }

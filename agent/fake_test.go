@@ -387,7 +387,7 @@ type recMetrics struct {
 	passes     int // scheduled
 	workPasses int
 	spool      int
-	dropped    int
+	dropped    map[string]int // by reason
 	up         bool
 	acked      int
 	dupAcks    int
@@ -406,11 +406,19 @@ func (m *recMetrics) PassDone(workID string, _ *report.Report, _ time.Duration) 
 	}
 }
 
-func (m *recMetrics) Spool(n int, _ int64, dropped int) {
+func (m *recMetrics) Spool(n int, _ int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.spool = n
-	m.dropped += dropped
+}
+
+func (m *recMetrics) SpoolDropped(reason string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dropped == nil {
+		m.dropped = map[string]int{}
+	}
+	m.dropped[reason] += n
 }
 
 func (m *recMetrics) Connected(up bool) {

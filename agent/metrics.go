@@ -13,9 +13,12 @@ type Metrics interface {
 	// PassDone is called after each inspection, scheduled (workID "") or
 	// requested, with its report and duration.
 	PassDone(workID string, r *report.Report, took time.Duration)
-	// Spool reports the spool's depth after it changed; dropped counts
-	// results dropped by this change to stay within the limits.
-	Spool(results int, bytes int64, dropped int)
+	// Spool reports the spool's depth after it changed.
+	Spool(results int, bytes int64)
+	// SpoolDropped counts results lost before the coordinator acknowledged
+	// them, by reason (spool.DropReason: limit, too_large, no_space,
+	// write_error, corrupt).
+	SpoolDropped(reason string, n int)
 	// Connected reports whether the stream to the coordinator is up.
 	Connected(up bool)
 	// Acked counts acknowledged results; duplicate is the coordinator's flag.
@@ -37,7 +40,8 @@ type GossipMetrics interface {
 type nopMetrics struct{}
 
 func (nopMetrics) PassDone(string, *report.Report, time.Duration) {}
-func (nopMetrics) Spool(int, int64, int)                          {}
+func (nopMetrics) Spool(int, int64)                               {}
+func (nopMetrics) SpoolDropped(string, int)                       {}
 func (nopMetrics) Connected(bool)                                 {}
 func (nopMetrics) Acked(bool)                                     {}
 func (nopMetrics) Refused()                                       {}

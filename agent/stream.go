@@ -151,7 +151,7 @@ func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
 	a.gossipWelcome(w.GetGossipAddr())
 	a.o.metrics.Connected(true)
 	defer a.o.metrics.Connected(false)
-	a.o.metrics.Spool(a.spool.Len(), a.spool.Bytes(), 0)
+	a.o.metrics.Spool(a.spool.Len(), a.spool.Bytes())
 
 	a.mu.Lock()
 	a.sess = s
@@ -307,8 +307,10 @@ func (s *session) sendResult(id string) error {
 	if err := json.Unmarshal(data, &r); err != nil {
 		// Verified by checksum yet unreadable: never sendable, so never keep it.
 		s.log.Error().Err(err).Str("result_id", id).Msg("dropping undecodable spooled result")
-		if _, rerr := s.a.spool.Remove(id); rerr != nil {
+		if removed, rerr := s.a.spool.Remove(id); rerr != nil {
 			s.log.Warn().Err(rerr).Str("result_id", id).Msg("cannot remove result")
+		} else if removed {
+			s.a.o.metrics.SpoolDropped(string(spool.DropCorrupt), 1)
 		}
 		return nil
 	}
@@ -377,7 +379,7 @@ func (s *session) onAck(ack *fleetcheckv1.Ack) {
 		s.log.Debug().Str("result_id", id).Bool("duplicate", ack.GetDuplicate()).Msg("result acknowledged")
 		s.a.o.metrics.Acked(ack.GetDuplicate())
 	}
-	s.a.o.metrics.Spool(s.a.spool.Len(), s.a.spool.Bytes(), 0)
+	s.a.o.metrics.Spool(s.a.spool.Len(), s.a.spool.Bytes())
 }
 
 // heartbeatLoop sends heartbeats and notices a dead stream that the

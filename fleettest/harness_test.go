@@ -533,11 +533,13 @@ func (m *meter) PassDone(string, *report.Report, time.Duration) {
 	m.mu.Unlock()
 }
 
-func (m *meter) Spool(results int, _ int64, _ int) {
+func (m *meter) Spool(results int, _ int64) {
 	m.mu.Lock()
 	m.spool = results
 	m.mu.Unlock()
 }
+
+func (m *meter) SpoolDropped(string, int) {}
 
 func (m *meter) Connected(up bool) {
 	m.mu.Lock()

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetcheck/fleetcheck/agent"
+	"github.com/fleetcheck/fleetcheck/agent/spool"
 	"github.com/fleetcheck/fleetcheck/report"
 )
 
@@ -53,7 +54,7 @@ type Agent struct {
 	checkDur     *prometheus.HistogramVec
 	spoolResults prometheus.Gauge
 	spoolBytes   prometheus.Gauge
-	spoolDropped prometheus.Counter
+	spoolDropped *prometheus.CounterVec
 	connected    prometheus.Gauge
 	acked        *prometheus.CounterVec
 	refused      prometheus.Counter
@@ -108,10 +109,10 @@ func NewAgent(reg prometheus.Registerer, info AgentInfo) (*Agent, error) {
 			Name: "fleetcheck_agent_spool_bytes",
 			Help: "Bytes of results kept on disk until the coordinator acknowledges them.",
 		}),
-		spoolDropped: prometheus.NewCounter(prometheus.CounterOpts{
+		spoolDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetcheck_agent_spool_dropped_total",
-			Help: "Results dropped unacknowledged to keep the spool within its limits.",
-		}),
+			Help: "Results lost before the coordinator acknowledged them, by reason: limit (oldest dropped to stay within the spool's limits), too_large, no_space (filesystem full or quota), write_error, corrupt.",
+		}, []string{"reason"}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fleetcheck_agent_connected",
 			Help: "1 while the stream to the coordinator is up, else 0.",
@@ -150,6 +151,9 @@ func NewAgent(reg prometheus.Registerer, info AgentInfo) (*Agent, error) {
 	for _, d := range []string{"false", "true"} {
 		a.acked.WithLabelValues(d)
 	}
+	for _, r := range spool.DropReasons {
+		a.spoolDropped.WithLabelValues(string(r))
+	}
 	for _, c := range []prometheus.Collector{
 		a.passes, a.passDuration, a.checkDur, a.spoolResults, a.spoolBytes, a.spoolDropped,
 		a.connected, a.acked, a.refused, a.work, a.lastReport, a.lastAck, a.gossip, a,
@@ -187,11 +191,15 @@ func (a *Agent) PassDone(workID string, r *report.Report, took time.Duration) {
 }
 
 // Spool records the spool's depth.
-func (a *Agent) Spool(results int, bytes int64, dropped int) {
+func (a *Agent) Spool(results int, bytes int64) {
 	a.spoolResults.Set(float64(results))
 	a.spoolBytes.Set(float64(bytes))
-	if dropped > 0 {
-		a.spoolDropped.Add(float64(dropped))
+}
+
+// SpoolDropped counts results lost unacknowledged.
+func (a *Agent) SpoolDropped(reason string, n int) {
+	if n > 0 {
+		a.spoolDropped.WithLabelValues(reason).Add(float64(n))
 	}
 }
 

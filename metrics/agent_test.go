@@ -142,8 +142,10 @@ func TestAgentExposition(t *testing.T) {
 	}
 
 	a.PassDone("", bundleReport(t, "h100-xid79-ecc"), 1500*time.Millisecond)
-	a.Spool(3, 4096, 0)
-	a.Spool(2, 2048, 1)
+	a.Spool(3, 4096)
+	a.Spool(2, 2048)
+	a.SpoolDropped("limit", 1)
+	a.SpoolDropped("no_space", 2)
 	a.Connected(true)
 	a.Acked(false)
 	a.Acked(true)
@@ -177,7 +179,9 @@ func TestAgentExposition(t *testing.T) {
 	mustValue(t, fams, "fleetcheck_agent_passes_total", map[string]string{"kind": "scheduled", "status": "fail"}, 1)
 	mustValue(t, fams, "fleetcheck_agent_spool_results", nil, 2)
 	mustValue(t, fams, "fleetcheck_agent_spool_bytes", nil, 2048)
-	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", nil, 1)
+	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", map[string]string{"reason": "limit"}, 1)
+	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", map[string]string{"reason": "no_space"}, 2)
+	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", map[string]string{"reason": "write_error"}, 0)
 	mustValue(t, fams, "fleetcheck_agent_connected", nil, 1)
 	mustValue(t, fams, "fleetcheck_agent_results_acked_total", map[string]string{"duplicate": "false"}, 1)
 	mustValue(t, fams, "fleetcheck_agent_results_acked_total", map[string]string{"duplicate": "true"}, 1)

@@ -8,7 +8,10 @@
 // not verify is moved into corrupt/ with a log line rather than crashing the
 // agent or being delivered. The spool is bounded by count and by bytes; when
 // a new entry does not fit, the oldest entries are dropped and the drop is
-// logged, because a node's newest results say the most about it.
+// logged, because a node's newest results say the most about it. Every
+// entry the spool loses (dropped for the limits, too large, not writable,
+// corrupt) is reported once to the OnDrop callback, by reason, so that the
+// agent can count what never reaches the coordinator.
 package spool
 
 import (
@@ -16,12 +19,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/rs/zerolog"
 )
@@ -41,6 +46,74 @@ var (
 	ErrBadID = errors.New("spool: bad id")
 )
 
+// DropReason says why an entry was lost (the reason label of
+// fleetcheck_agent_spool_dropped_total).
+type DropReason string
+
+// Why entries are lost.
+const (
+	// DropLimit: the oldest entries, dropped to keep within the limits.
+	DropLimit DropReason = "limit"
+	// DropTooLarge: one entry larger than the byte limit, never stored.
+	DropTooLarge DropReason = "too_large"
+	// DropNoSpace: the filesystem is full (ENOSPC) or the quota spent (EDQUOT).
+	DropNoSpace DropReason = "no_space"
+	// DropWriteError: any other failure to write the entry durably.
+	DropWriteError DropReason = "write_error"
+	// DropCorrupt: a spooled file that no longer verifies, moved aside, or
+	// one that verifies but the agent cannot decode.
+	DropCorrupt DropReason = "corrupt"
+)
+
+// DropReasons lists every reason, for metrics that start each at zero.
+var DropReasons = []DropReason{DropLimit, DropTooLarge, DropNoSpace, DropWriteError, DropCorrupt}
+
+// LossReason classifies an error from Put: what the lost entry counts as.
+func LossReason(err error) DropReason {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return DropTooLarge
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return DropNoSpace
+	default:
+		return DropWriteError
+	}
+}
+
+// FS is how the spool writes entry files: the operating system by default.
+// It is a seam for tests, which pass one that fails as a full disk does.
+type FS interface {
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	Rename(oldpath, newpath string) error
+	Remove(name string) error
+}
+
+// File is an entry file being written.
+type File interface {
+	io.Writer
+	Sync() error
+	Close() error
+}
+
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	return os.OpenFile(name, flag, perm)
+}
+func (osFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
+func (osFS) Remove(name string) error             { return os.Remove(name) }
+
+// Option adjusts a Spool at Open.
+type Option func(*Spool)
+
+// WithFS writes entry files through fs instead of the operating system.
+func WithFS(fs FS) Option { return func(s *Spool) { s.fs = fs } }
+
+// OnDrop calls f, once per change and never while blocking, with how many
+// entries were lost and why. It runs with the spool locked: f must not call
+// back into the spool.
+func OnDrop(f func(reason DropReason, n int)) Option { return func(s *Spool) { s.onDrop = f } }
+
 // Limits bound the spool. Zero means "no limit" for that dimension.
 type Limits struct {
 	MaxEntries int
@@ -56,9 +129,11 @@ type Entry struct {
 
 // Spool is a directory of entries. It is safe for concurrent use.
 type Spool struct {
-	dir string
-	lim Limits
-	log zerolog.Logger
+	dir    string
+	lim    Limits
+	log    zerolog.Logger
+	fs     FS
+	onDrop func(DropReason, int)
 
 	mu      sync.Mutex
 	entries []Entry // ascending Seq
@@ -85,11 +160,15 @@ func checksum(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.
 // Open loads the spool in dir, creating the directory when needed. Entries
 // left by an earlier run are kept in their order; half-written temporary
 // files are removed; entries that do not verify are moved aside.
-func Open(dir string, lim Limits, log zerolog.Logger) (*Spool, error) {
+func Open(dir string, lim Limits, log zerolog.Logger, opts ...Option) (*Spool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool: create %s: %w", dir, err)
 	}
-	s := &Spool{dir: dir, lim: lim, log: log, byID: map[string]int64{}, nextSeq: 1, changed: make(chan struct{}, 1)}
+	s := &Spool{dir: dir, lim: lim, log: log, fs: osFS{}, onDrop: func(DropReason, int) {},
+		byID: map[string]int64{}, nextSeq: 1, changed: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(s)
+	}
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("spool: read %s: %w", dir, err)
@@ -118,11 +197,13 @@ func Open(dir string, lim Limits, log zerolog.Logger) (*Spool, error) {
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			s.moveAside(name, err.Error())
+			s.onDrop(DropCorrupt, 1)
 			continue
 		}
 		payload, err := decode(data)
 		if err != nil {
 			s.moveAside(name, err.Error())
+			s.onDrop(DropCorrupt, 1)
 			continue
 		}
 		if _, dup := s.byID[id]; dup {
@@ -145,12 +226,14 @@ func Open(dir string, lim Limits, log zerolog.Logger) (*Spool, error) {
 }
 
 // Put stores data under id, durably, as the newest entry. It returns how
-// many of the oldest entries were dropped to make room.
+// many of the oldest entries were dropped to make room. An entry Put could
+// not store (too large, not writable) is lost: OnDrop hears of it.
 func (s *Spool) Put(id string, data []byte) (dropped int, err error) {
 	if !validID(id) {
 		return 0, fmt.Errorf("%w: %q", ErrBadID, id)
 	}
 	if s.lim.MaxBytes > 0 && int64(len(data)) > s.lim.MaxBytes {
+		s.onDrop(DropTooLarge, 1)
 		return 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(data), s.lim.MaxBytes)
 	}
 	// Held across the write: sequence numbers must enter the index in
@@ -163,6 +246,7 @@ func (s *Spool) Put(id string, data []byte) (dropped int, err error) {
 	}
 	seq := s.nextSeq
 	if err := s.writeFile(fileName(seq, id), data); err != nil {
+		s.onDrop(LossReason(err), 1)
 		return 0, err
 	}
 	s.nextSeq++
@@ -183,7 +267,7 @@ func (s *Spool) Put(id string, data []byte) (dropped int, err error) {
 func (s *Spool) writeFile(name string, data []byte) error {
 	final := filepath.Join(s.dir, name)
 	tmp := final + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := s.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("spool: write: %w", err)
 	}
@@ -195,11 +279,11 @@ func (s *Spool) writeFile(name string, data []byte) error {
 		werr = cerr
 	}
 	if werr != nil {
-		_ = os.Remove(tmp)
+		_ = s.fs.Remove(tmp)
 		return fmt.Errorf("spool: write: %w", werr)
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		_ = os.Remove(tmp)
+	if err := s.fs.Rename(tmp, final); err != nil {
+		_ = s.fs.Remove(tmp)
 		return fmt.Errorf("spool: write: %w", err)
 	}
 	if err := syncDir(s.dir); err != nil {
@@ -231,6 +315,9 @@ func (s *Spool) enforceLocked() int {
 			s.log.Warn().Err(err).Str("result_id", e.ID).Msg("spool: cannot remove dropped entry")
 		}
 		n++
+	}
+	if n > 0 {
+		s.onDrop(DropLimit, n)
 	}
 	return n
 }
@@ -289,6 +376,7 @@ func (s *Spool) Get(id string) ([]byte, error) {
 	if i := s.indexLocked(id); i >= 0 {
 		s.removeLocked(i)
 		s.moveAside(name, err.Error())
+		s.onDrop(DropCorrupt, 1)
 	}
 	s.mu.Unlock()
 	return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, id, err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -307,5 +308,162 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// failingFS writes through the operating system until the budget of bytes
+// is spent, then fails each write with err, as a filesystem that fills up
+// does (ENOSPC) or a failing disk (EIO).
+type failingFS struct {
+	mu     sync.Mutex
+	budget int
+	err    error
+}
+
+func (f *failingFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	file, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &failingFile{File: file, fs: f}, nil
+}
+func (f *failingFS) Rename(o, n string) error { return os.Rename(o, n) }
+func (f *failingFS) Remove(name string) error { return os.Remove(name) }
+
+type failingFile struct {
+	*os.File
+	fs *failingFS
+}
+
+func (f *failingFile) Write(b []byte) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if len(b) > f.fs.budget {
+		return 0, &os.PathError{Op: "write", Path: f.Name(), Err: f.fs.err}
+	}
+	f.fs.budget -= len(b)
+	return f.File.Write(b)
+}
+
+// drops records OnDrop's reports.
+type drops struct {
+	mu sync.Mutex
+	n  map[DropReason]int
+}
+
+func (d *drops) record(r DropReason, n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == nil {
+		d.n = map[DropReason]int{}
+	}
+	d.n[r] += n
+}
+
+func (d *drops) get(r DropReason) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n[r]
+}
+
+// Every entry the spool loses is reported once, with its reason: a full
+// disk (the entries that did not fit), a failing one, the limits, one
+// entry too large, a corrupt file.
+func TestLossesReportedByReason(t *testing.T) {
+	t.Parallel()
+	entry := len(encode([]byte("payload of r0")))
+	tests := []struct {
+		name   string
+		lim    Limits
+		err    error
+		budget int // bytes the filesystem takes before failing
+		puts   int
+		want   map[DropReason]int
+		kept   int
+	}{
+		{"disk full", Limits{}, syscall.ENOSPC, 3 * entry, 10, map[DropReason]int{DropNoSpace: 7}, 3},
+		{"quota spent", Limits{}, syscall.EDQUOT, 0, 4, map[DropReason]int{DropNoSpace: 4}, 0},
+		{"disk failing", Limits{}, syscall.EIO, entry, 5, map[DropReason]int{DropWriteError: 4}, 1},
+		{"limits", Limits{MaxEntries: 2}, nil, 1 << 20, 6, map[DropReason]int{DropLimit: 4}, 2},
+		{"full disk and limits", Limits{MaxEntries: 2}, syscall.ENOSPC, 4 * entry, 8, map[DropReason]int{DropLimit: 2, DropNoSpace: 4}, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var d drops
+			s, err := Open(t.TempDir(), tc.lim, zerolog.Nop(), WithFS(&failingFS{budget: tc.budget, err: tc.err}), OnDrop(d.record))
+			if err != nil {
+				t.Fatal(err)
+			}
+			failed := 0
+			for i := range tc.puts {
+				if _, err := s.Put(fmt.Sprintf("r%d", i), []byte(fmt.Sprintf("payload of r%d", i))); err != nil {
+					failed++
+					if tc.err != nil && !errors.Is(err, tc.err) {
+						t.Errorf("put r%d: %v, want %v", i, err, tc.err)
+					}
+				}
+			}
+			for _, r := range DropReasons {
+				if got := d.get(r); got != tc.want[r] {
+					t.Errorf("%s: %d reported, want %d", r, got, tc.want[r])
+				}
+			}
+			if got := tc.want[DropNoSpace] + tc.want[DropWriteError]; failed != got {
+				t.Errorf("%d puts failed, %d reported lost to the disk", failed, got)
+			}
+			if s.Len() != tc.kept {
+				t.Errorf("%d kept, want %d", s.Len(), tc.kept)
+			}
+		})
+	}
+}
+
+func TestTooLargeAndCorruptReported(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var d drops
+	s, err := Open(dir, Limits{MaxBytes: 64}, zerolog.Nop(), OnDrop(d.record))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put("big", make([]byte, 65)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("big: %v", err)
+	}
+	put(t, s, "a")
+	put(t, s, "b")
+	files, _ := filepath.Glob(filepath.Join(dir, "*"+fileSuffix))
+	if err := os.WriteFile(files[0], []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get("a"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("get a: %v", err)
+	}
+	// And at the next start, a file that no longer verifies.
+	if err := os.WriteFile(files[1], []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Limits{}, zerolog.Nop(), OnDrop(d.record)); err != nil {
+		t.Fatal(err)
+	}
+	if d.get(DropTooLarge) != 1 || d.get(DropCorrupt) != 2 {
+		t.Errorf("too_large %d, corrupt %d; want 1 and 2", d.get(DropTooLarge), d.get(DropCorrupt))
+	}
+}
+
+func TestLossReason(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want DropReason
+	}{
+		{fmt.Errorf("spool: write: %w", &os.PathError{Op: "write", Err: syscall.ENOSPC}), DropNoSpace},
+		{fmt.Errorf("spool: write: %w", syscall.EDQUOT), DropNoSpace},
+		{fmt.Errorf("spool: write: %w", syscall.EIO), DropWriteError},
+		{fmt.Errorf("%w: 5 bytes", ErrTooLarge), DropTooLarge},
+	} {
+		if got := LossReason(tc.err); got != tc.want {
+			t.Errorf("LossReason(%v) = %s, want %s", tc.err, got, tc.want)
+		}
 	}
 }
