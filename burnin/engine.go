@@ -70,6 +70,8 @@ type Engine struct {
 	drive   sync.Mutex // one driver (Run/Step) at a time
 	startMu sync.Mutex // Start checks and claims nodes atomically
 	seq     atomic.Int64
+	// waits: nodes whose turn found their agent away (campaign/node).
+	waits campaign.ConnectWaits
 }
 
 // Defaults of the engine.
@@ -512,6 +514,9 @@ func (e *Engine) phaseNodes(ctx context.Context, c campaignRow, oneUnit bool) (b
 func (e *Engine) nodeWork(ctx context.Context, c campaignRow, n nodeRow, steps map[string]Step, fleetSize int, oneUnit bool) (bool, error) {
 	log := e.log.With().Str("campaign", c.ID).Str("node", n.Node).Logger()
 	progressed := false
+	if wait, err := e.awaitAgent(ctx, c, n, log); err != nil || wait {
+		return false, err
+	}
 	if n.State == NodePending || n.State == NodeDraining {
 		st, err := e.drainNode(ctx, c, n, fleetSize, log)
 		if err != nil || st == n.State {
@@ -533,6 +538,12 @@ func (e *Engine) nodeWork(ctx context.Context, c campaignRow, n nodeRow, steps m
 		if running, err := e.running(ctx, c.ID); err != nil || !running {
 			return progressed, err
 		}
+		if progressed {
+			// Each run is a turn: is the agent there now?
+			if wait, err := e.awaitAgent(ctx, c, n, log); err != nil || wait {
+				return progressed, err
+			}
+		}
 		if err := e.execute(ctx, c, r, steps[r.Step], log); err != nil {
 			return progressed, err
 		}
@@ -548,6 +559,52 @@ func (e *Engine) nodeWork(ctx context.Context, c campaignRow, n nodeRow, steps m
 		return progressed, nil
 	}
 	return true, e.setNodeState(ctx, c.ID, n.Node, NodeTested, "", "single-node steps done")
+}
+
+// awaitAgent asks the fleet now whether the node's agent is connected.
+// When it is not, the node waits (its note says so, for status) until
+// the spec's connect grace is over; then a node not yet drained is
+// rejected untested as inconclusive, and a node under test goes on, so
+// that its next run records the agent unreachable (inconclusive too). It
+// reports whether the node is to wait.
+func (e *Engine) awaitAgent(ctx context.Context, c campaignRow, n nodeRow, log zerolog.Logger) (bool, error) {
+	key := c.ID + "/" + n.Node
+	cn, known, err := campaign.LookupNode(ctx, e.fleet, n.Node)
+	if err != nil {
+		return true, err
+	}
+	if known && cn.Connected {
+		if !e.waits.Since(key).IsZero() {
+			e.waits.Done(key)
+			log.Info().Msg("agent back: node goes on")
+			now := e.clock.Now()
+			if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET note = '', updated_at = ? WHERE campaign_id = ? AND node = ? AND note LIKE 'waiting for the agent%'`,
+				campaigndb.Time(now), c.ID, n.Node); err != nil {
+				return true, fmt.Errorf("node %s: %w", n.Node, err)
+			}
+			return false, events.Add(ctx, e.db, c.ID, n.Node, now, "agent reconnected: going on")
+		}
+		return false, nil
+	}
+	now, grace := e.clock.Now(), c.Spec.connectGrace()
+	since, over := e.waits.Wait(key, now, grace)
+	if !over {
+		note := campaign.WaitingNote(since, grace)
+		if note == n.Note {
+			return true, nil
+		}
+		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
+			note, campaigndb.Time(now), c.ID, n.Node); err != nil {
+			return true, fmt.Errorf("node %s: %w", n.Node, err)
+		}
+		log.Info().Dur("grace_ms", grace).Msg("agent not connected at the node's turn: waiting")
+		return true, events.Add(ctx, e.db, c.ID, n.Node, now, fmt.Sprintf("agent not connected at its turn: waiting up to %v", grace))
+	}
+	e.waits.Done(key)
+	if n.State != NodePending {
+		return false, nil
+	}
+	return true, e.rejectUntested(ctx, c.ID, n.Node, ReasonInconclusive, campaign.GaveUpNote(grace))
 }
 
 func (e *Engine) setNodeState(ctx context.Context, id, node string, st NodeState, note, what string) error {
@@ -670,7 +727,12 @@ func (e *Engine) drainTrouble(ctx context.Context, c campaignRow, n nodeRow, msg
 // rejectEarly ends a node's testing before it began: the verdict will
 // reject it with this reason.
 func (e *Engine) rejectEarly(ctx context.Context, id, node, msg string) error {
-	ev := Evidence{Reasons: []Reason{{Code: ReasonNotDrained, Message: "not tested: " + msg}}}
+	return e.rejectUntested(ctx, id, node, ReasonNotDrained, msg)
+}
+
+// rejectUntested ends a node's testing before it began, with a reason code.
+func (e *Engine) rejectUntested(ctx context.Context, id, node, code, msg string) error {
+	ev := Evidence{Reasons: []Reason{{Code: code, Message: "not tested: " + msg}}}
 	now := e.clock.Now()
 	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, evidence = ?, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
 		string(NodeTested), campaigndb.JSON(ev), msg, campaigndb.Time(now), campaigndb.Time(now), id, node); err != nil {

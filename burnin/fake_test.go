@@ -34,6 +34,25 @@ type fakeNode struct {
 	serials     map[int]string
 	unreachable bool
 	tempC       float64
+	// blank: the agent sees no GPU and every GPU and IB check skips (a
+	// node whose driver is not loaded, say).
+	blank bool
+	// awayUntil: the agent is not connected before then (reconnecting
+	// after a coordinator restart).
+	awayUntil time.Time
+}
+
+// bounded refuses what the coordinator refuses: a run timeout outside
+// its bounds (fleetTimeout in coordinator/fleet.go).
+func bounded(opts campaign.RunOptions) error {
+	if t := opts.Timeout; t != 0 && (t < campaign.MinRunTimeout || t > campaign.MaxRunTimeout) {
+		return fmt.Errorf("timeout %s: must be between %s and %s", t, campaign.MinRunTimeout, campaign.MaxRunTimeout)
+	}
+	return nil
+}
+
+func (f *fakeFleet) connectedLocked(n *fakeNode) bool {
+	return !n.unreachable && !f.clock.Now().Before(n.awayUntil)
 }
 
 // fakeFleet is a campaign.Fleet over scripted nodes. Every call is
@@ -102,13 +121,16 @@ func (f *fakeFleet) Nodes(_ context.Context, sel string) ([]campaign.Node, error
 		if sel != "" && !matchSel(sel, n) {
 			continue
 		}
-		out = append(out, campaign.Node{Name: n.name, Labels: n.labels, State: "healthy", Activity: "idle", Connected: !n.unreachable, Inventory: f.inventory(n)})
+		out = append(out, campaign.Node{Name: n.name, Labels: n.labels, State: "healthy", Activity: "idle", Connected: f.connectedLocked(n), Inventory: f.inventory(n)})
 	}
 	return out, nil
 }
 
 // matchSel understands the "k=v" and "name in (a,b)" forms the tests use.
 func matchSel(sel string, n *fakeNode) bool {
+	if one, ok := strings.CutPrefix(sel, "name="); ok {
+		return n.name == one
+	}
 	if rest, ok := strings.CutPrefix(sel, "name in ("); ok {
 		return slices.Contains(strings.Split(strings.TrimSuffix(rest, ")"), ","), n.name)
 	}
@@ -121,8 +143,9 @@ func (f *fakeFleet) record(ctx context.Context, node, what string) (*fakeNode, e
 	f.calls[node+"|"+what]++
 	n := f.nodes[node]
 	block := f.block
+	away := n != nil && !f.connectedLocked(n)
 	f.mu.Unlock()
-	if n == nil || n.unreachable {
+	if n == nil || away {
 		return nil, fmt.Errorf("node %s: %w", node, campaign.ErrUnreachable)
 	}
 	if block != nil {
@@ -141,6 +164,9 @@ func (f *fakeFleet) RunChecks(ctx context.Context, node string, checks []string,
 	if lvl := opts.Params["level"]; lvl != "" {
 		what += ":" + lvl
 	}
+	if err := bounded(opts); err != nil {
+		return nil, fmt.Errorf("run %s on %s: %w", what, node, err)
+	}
 	n, err := f.record(ctx, node, what)
 	if err != nil {
 		return nil, err
@@ -149,8 +175,16 @@ func (f *fakeFleet) RunChecks(ctx context.Context, node string, checks []string,
 	runNo := f.calls[node+"|"+what]
 	f.mu.Unlock()
 	rep := &report.Report{Node: node, CollectedAt: f.clock.Now().UTC().Format(time.RFC3339), Inventory: f.inventory(n)}
+	if n.blank {
+		rep.Inventory.GPUs, rep.Inventory.HCAs = nil, nil
+	}
 	for _, c := range checks {
 		cr := report.CheckResult{Name: c, Status: report.Pass, Findings: []report.Finding{}}
+		if n.blank && (strings.HasPrefix(c, "gpu.") || strings.HasPrefix(c, "ib.")) {
+			cr.Status, cr.Reason = report.Skip, "no GPU or HCA seen"
+			rep.Checks = append(rep.Checks, cr)
+			continue
+		}
 		switch c {
 		case "nccl.allreduce":
 			// Repeats differ a little, as real runs do.
@@ -171,7 +205,10 @@ func (f *fakeFleet) RunChecks(ctx context.Context, node string, checks []string,
 	return rep, nil
 }
 
-func (f *fakeFleet) RunMulti(ctx context.Context, nodes []string, check string, _ campaign.RunOptions) (*report.Report, error) {
+func (f *fakeFleet) RunMulti(ctx context.Context, nodes []string, check string, opts campaign.RunOptions) (*report.Report, error) {
+	if err := bounded(opts); err != nil {
+		return nil, fmt.Errorf("run %s on %v: %w", check, nodes, err)
+	}
 	factor := 1.0
 	for _, name := range nodes {
 		n, err := f.record(ctx, name, "multi")
@@ -189,7 +226,10 @@ func (f *fakeFleet) RunMulti(ctx context.Context, nodes []string, check string, 
 	return rep, nil
 }
 
-func (f *fakeFleet) RunAction(ctx context.Context, node, action string, params map[string]string, _ campaign.RunOptions) (campaign.ActionResult, error) {
+func (f *fakeFleet) RunAction(ctx context.Context, node, action string, params map[string]string, opts campaign.RunOptions) (campaign.ActionResult, error) {
+	if err := bounded(opts); err != nil {
+		return campaign.ActionResult{}, fmt.Errorf("action %s on %s: %w", action, node, err)
+	}
 	if _, err := f.record(ctx, node, "action:"+action); err != nil {
 		return campaign.ActionResult{}, err
 	}

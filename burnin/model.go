@@ -180,8 +180,8 @@ type Part struct {
 	Model        string `json:"model,omitempty"`
 	Firmware     string `json:"firmware,omitempty"`
 	PCIBusID     string `json:"pci_bus_id,omitempty"`
-	// Implicated: the rejection points at this part (or at no part in
-	// particular, which implicates them all).
+	// Implicated: a finding behind the rejection names this part; an
+	// inconclusive step or a reason about no part implicates none.
 	Implicated bool `json:"implicated,omitempty"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/report"
@@ -30,8 +31,55 @@ type CampaignStatus struct {
 	Rejected   int               `json:"rejected"`
 	RunsDone   int               `json:"runs_done"`
 	RunsTotal  int               `json:"runs_total"`
-	// Waiting lists nodes held up, with why (breaker, running jobs).
+	// Waiting lists nodes held up, with why (breaker, running jobs, an
+	// agent not connected).
 	Waiting map[string]string `json:"waiting,omitempty"`
+	// NodeStates is every node: where it is, the step it runs, why it
+	// waits, its verdict and why it was rejected.
+	NodeStates []NodeProgress `json:"node_states"`
+}
+
+// NodeProgress is one node's line in a campaign's status.
+type NodeProgress struct {
+	Node  string    `json:"node"`
+	State NodeState `json:"state"`
+	// Step is the run in progress ("dcgm-r2, repeat 1"); Steps counts
+	// the node's runs done and planned.
+	Step      string `json:"step,omitempty"`
+	StepsDone int    `json:"steps_done"`
+	Steps     int    `json:"steps"`
+	// Waiting says why the node does not move (drain breaker, running
+	// jobs, its agent not connected).
+	Waiting string  `json:"waiting,omitempty"`
+	Verdict Verdict `json:"verdict,omitempty"`
+	// Reason sums up why a rejected node was rejected.
+	Reason string `json:"reason,omitempty"`
+}
+
+// waitingNote reports whether a node's note says why it waits.
+func waitingNote(st NodeState, note string) bool {
+	return note != "" && (st == NodePending || st == NodeDraining || strings.HasPrefix(note, "waiting for"))
+}
+
+// RejectSummary is one line saying why a node was rejected: its reasons'
+// messages, the first three and a count of the rest.
+func RejectSummary(ev *Evidence) string {
+	if ev == nil {
+		return ""
+	}
+	var msgs []string
+	seen := map[string]bool{}
+	for _, r := range ev.Reasons {
+		m := r.Code + ": " + r.Message
+		if !seen[m] {
+			seen[m] = true
+			msgs = append(msgs, m)
+		}
+	}
+	if len(msgs) > 3 {
+		msgs = append(msgs[:3], fmt.Sprintf("and %d more", len(msgs)-3))
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // Status returns one campaign's progress.
@@ -64,39 +112,74 @@ func (e *Engine) status(ctx context.Context, c campaignRow) (CampaignStatus, err
 	st := CampaignStatus{ID: c.ID, Name: c.Name, State: c.State, Phase: c.Phase, Level: c.Spec.Level,
 		Suite: c.Spec.Suite.Name, Selector: c.Spec.Selector, Reason: c.Reason,
 		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt, FinishedAt: c.FinishedAt, ByState: map[NodeState]int{}}
-	rows, err := e.db.QueryContext(ctx, `SELECT node, state, verdict, note FROM burnin_nodes WHERE campaign_id = ? ORDER BY node`, c.ID)
+	nodes, err := listNodes(ctx, e.db, c.ID)
 	if err != nil {
 		return st, fmt.Errorf("status %s: %w", c.ID, err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var node, state, verdict, note string
-		if err := rows.Scan(&node, &state, &verdict, &note); err != nil {
-			return st, fmt.Errorf("status %s: %w", c.ID, err)
-		}
+	progress, err := e.runProgress(ctx, c.ID)
+	if err != nil {
+		return st, fmt.Errorf("status %s: %w", c.ID, err)
+	}
+	st.NodeStates = make([]NodeProgress, 0, len(nodes))
+	for _, n := range nodes {
 		st.Nodes++
-		st.ByState[NodeState(state)]++
-		switch Verdict(verdict) {
+		st.ByState[n.State]++
+		np := NodeProgress{Node: n.Node, State: n.State, Verdict: n.Verdict}
+		p := progress[n.Node]
+		np.Step, np.StepsDone, np.Steps = p.step, p.done, p.total
+		switch n.Verdict {
 		case Accepted:
 			st.Accepted++
 		case Rejected:
 			st.Rejected++
+			np.Reason = RejectSummary(n.Evidence)
 		}
-		if note != "" && (NodeState(state) == NodePending || NodeState(state) == NodeDraining) {
+		if waitingNote(n.State, n.Note) {
 			if st.Waiting == nil {
 				st.Waiting = map[string]string{}
 			}
-			st.Waiting[node] = note
+			st.Waiting[n.Node] = n.Note
+			np.Waiting = n.Note
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("status %s: %w", c.ID, err)
+		st.NodeStates = append(st.NodeStates, np)
 	}
 	if err := e.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(state = ?), 0) FROM burnin_runs WHERE campaign_id = ?`, RunDone, c.ID).
 		Scan(&st.RunsTotal, &st.RunsDone); err != nil {
 		return st, fmt.Errorf("status %s: %w", c.ID, err)
 	}
 	return st, nil
+}
+
+type runCount struct {
+	step        string
+	done, total int
+}
+
+// runProgress counts each node's runs and names the one in progress.
+func (e *Engine) runProgress(ctx context.Context, id string) (map[string]runCount, error) {
+	rows, err := e.db.QueryContext(ctx, `SELECT node, step, rep, state FROM burnin_runs WHERE campaign_id = ? ORDER BY seq`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]runCount{}
+	for rows.Next() {
+		var node, step, state string
+		var rep int
+		if err := rows.Scan(&node, &step, &rep, &state); err != nil {
+			return nil, err
+		}
+		p := out[node]
+		p.total++
+		switch state {
+		case RunDone:
+			p.done++
+		case RunRunning:
+			p.step = fmt.Sprintf("%s, repeat %d", step, rep)
+		}
+		out[node] = p
+	}
+	return out, rows.Err()
 }
 
 // Report is a campaign's acceptance report: every node with its verdict
@@ -144,17 +227,19 @@ type TempPoint struct {
 
 // NodeReport is one node's part of the report.
 type NodeReport struct {
-	Node        string            `json:"node"`
-	SKU         string            `json:"sku"`
-	State       NodeState         `json:"state"`
-	Verdict     Verdict           `json:"verdict,omitempty"`
-	DrainedByUs bool              `json:"drained_by_campaign"`
-	Note        string            `json:"note,omitempty"`
-	Labels      map[string]string `json:"labels"`
-	Inventory   report.Inventory  `json:"inventory"`
-	Evidence    Evidence          `json:"evidence"`
-	Findings    []FindingRef      `json:"findings"`
-	Runs        []Run             `json:"runs"`
+	Node        string    `json:"node"`
+	SKU         string    `json:"sku"`
+	State       NodeState `json:"state"`
+	Verdict     Verdict   `json:"verdict,omitempty"`
+	DrainedByUs bool      `json:"drained_by_campaign"`
+	Note        string    `json:"note,omitempty"`
+	// Reason sums up why a rejected node was rejected (RejectSummary).
+	Reason    string            `json:"reason,omitempty"`
+	Labels    map[string]string `json:"labels"`
+	Inventory report.Inventory  `json:"inventory"`
+	Evidence  Evidence          `json:"evidence"`
+	Findings  []FindingRef      `json:"findings"`
+	Runs      []Run             `json:"runs"`
 	// Temperatures during the sampled actions (stress), hottest GPU.
 	Temperatures []TempPoint `json:"temperatures,omitempty"`
 }
@@ -197,6 +282,9 @@ func (e *Engine) Report(ctx context.Context, id string) (*Report, error) {
 		}
 		if n.Evidence != nil {
 			nr.Evidence = *n.Evidence
+		}
+		if n.Verdict == Rejected {
+			nr.Reason = RejectSummary(n.Evidence)
 		}
 		if nr.Evidence.Reasons == nil {
 			nr.Evidence.Reasons = []Reason{}

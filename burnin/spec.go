@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/selector"
 )
@@ -151,12 +152,28 @@ type Spec struct {
 	Suite *Suite `yaml:"suite,omitempty" json:"suite,omitempty"`
 	// Who started it, for the baselines' history and the report.
 	Who string `yaml:"who,omitempty" json:"who,omitempty"`
+	// ConnectGrace is how long a node whose agent is not connected when
+	// its turn comes (to be drained, or for its next run) is waited for
+	// (default 2m, from 5s to 24h). After it, the node is rejected as
+	// inconclusive, never accepted.
+	ConnectGrace config.Duration `yaml:"connect_grace,omitempty" json:"connect_grace,omitempty"`
+}
+
+// connectGrace is the spec's grace; a campaign stored before the field
+// existed gets the default.
+func (s *Spec) connectGrace() time.Duration {
+	if s.ConnectGrace <= 0 {
+		return campaign.DefaultConnectGrace
+	}
+	return time.Duration(s.ConnectGrace)
 }
 
 // Defaults.
 const (
 	DefaultConcurrency    = 64
 	DefaultStressDuration = 30 * time.Minute
+	stressMargin          = 10 * time.Minute // the stress step's timeout beyond its duration
+	MaxStressDuration     = campaign.MaxRunTimeout - stressMargin
 	DefaultMaxDeviation   = 0.30
 	DefaultMinShortfall   = 0.10
 	DefaultMADs           = 3
@@ -232,6 +249,11 @@ func (s *Spec) Normalize() error {
 	if s.StressDuration == 0 {
 		s.StressDuration = config.Duration(DefaultStressDuration)
 	}
+	if d := time.Duration(s.StressDuration); d < time.Minute || d > MaxStressDuration {
+		// The stress step's run is bounded by the coordinator's cap on one run.
+		return bad("stress_duration %v: between 1m and %v (the run takes %v more, and one run is at most %v)",
+			d, MaxStressDuration, stressMargin, campaign.MaxRunTimeout)
+	}
 	if s.Concurrency == 0 {
 		s.Concurrency = DefaultConcurrency
 	}
@@ -294,6 +316,11 @@ func (s *Spec) Normalize() error {
 	if len(s.Who) > 256 {
 		return bad("who: at most 256 bytes")
 	}
+	grace := time.Duration(s.ConnectGrace)
+	if err := campaign.CheckConnectGrace(&grace); err != nil {
+		return bad("connect_grace %w", err)
+	}
+	s.ConnectGrace = config.Duration(grace)
 	return nil
 }
 
@@ -400,6 +427,9 @@ func (st *Step) validate() error {
 		}
 	default:
 		return fmt.Errorf("kind %q: checks, action or pairs", st.Kind)
+	}
+	if t := time.Duration(st.Timeout); t != 0 && (t < campaign.MinRunTimeout || t > campaign.MaxRunTimeout) {
+		return fmt.Errorf("timeout %v: between %v and %v (the coordinator's bounds on one run)", t, campaign.MinRunTimeout, campaign.MaxRunTimeout)
 	}
 	if len(st.SampleChecks) > 0 && st.Kind != StepAction {
 		return errors.New("sample_checks only go with an action step")

@@ -48,12 +48,17 @@ func TestParseSpecDefaults(t *testing.T) {
 			t.Errorf("%s rule defaults %+v %+v", c.level, s.Outlier, s.Baseline)
 		}
 	}
-	s, err := ParseSpec([]byte("{selector: a=b, level: extended, stress_duration: 2h}"))
+	// One run is at most the coordinator's 1h: a stress that cannot fit is
+	// refused at start, not rejected as inconclusive on every node later.
+	if _, err := ParseSpec([]byte("{selector: a=b, level: extended, stress_duration: 2h}")); err == nil || !strings.Contains(err.Error(), "stress_duration 2h0m0s") {
+		t.Fatalf("2h stress: %v", err)
+	}
+	s, err := ParseSpec([]byte("{selector: a=b, level: extended, stress_duration: 45m}"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, st := range s.Suite.Steps {
-		if st.Name == "gpu-stress" && (st.Params["duration"] != "2h0m0s" || time.Duration(st.Timeout) != 2*time.Hour+10*time.Minute) {
+		if st.Name == "gpu-stress" && (st.Params["duration"] != "45m0s" || time.Duration(st.Timeout) != 55*time.Minute) {
 			t.Errorf("stress step %+v", st)
 		}
 	}

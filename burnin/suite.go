@@ -69,12 +69,12 @@ func DefaultSuite(l Level, stress time.Duration) Suite {
 	case Extended:
 		stressStep := Step{Name: "gpu-stress", Kind: StepAction, Action: ActionGPUStress,
 			Params:       map[string]string{"duration": stress.String()},
-			Timeout:      config.Duration(stress + 10*time.Minute),
+			Timeout:      config.Duration(stress + stressMargin),
 			SampleChecks: []string{"gpu.thermal"}, SampleEvery: config.Duration(DefaultSampleEvery)}
 		pairs := Step{Name: "allreduce-pairs", Kind: StepPairs, Checks: []string{"nccl.allreduce"},
 			Params: map[string]string{"min_bytes": "1G", "max_bytes": "8G", "step_factor": "2"},
 			Rounds: DefaultRounds, Timeout: config.Duration(15 * time.Minute)}
-		return Suite{Name: "burnin.extended", Steps: []Step{passive, dcgm("3", 90*time.Minute), sweep, pcie, stressStep, after, pairs}}
+		return Suite{Name: "burnin.extended", Steps: []Step{passive, dcgm("3", time.Hour), sweep, pcie, stressStep, after, pairs}}
 	default:
 		return Suite{Name: "burnin.quick", Steps: []Step{passive}}
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/report"
 )
 
@@ -81,6 +82,17 @@ func decide(spec *Spec, nodes []nodeFacts, pairs []Run, resolve resolver, prior 
 		rs := slices.Clone(n.Early)
 		for _, r := range n.Runs {
 			rs = append(rs, runReasons(r, rejectOn, expected, stepChecks[r.Step])...)
+			if r.Outcome == OutcomeOK {
+				// A skip of a check every GPU node answers is missing
+				// data: inconclusive, never a pass.
+				at := fmt.Sprintf("step %s, repeat %d", r.Step, r.Repeat)
+				for _, m := range campaign.MissingData(r.Result.Report, len(n.Inventory.HCAs) > 0) {
+					if expected[m.Check] {
+						continue // already said by reportReasons
+					}
+					rs = append(rs, Reason{Code: ReasonInconclusive, Step: r.Step, Check: m.Check, Message: at + ": " + m.String()})
+				}
+			}
 		}
 		reasons[n.Name] = rs
 	}
@@ -562,38 +574,17 @@ func usableSerial(s string) bool {
 	return true
 }
 
-// implicate marks the parts a rejection points at: those named by a
-// reason's component; a node slow only in 2-node runs (fine alone)
-// implicates its HCAs; any other reason about no part (a slow node, an
-// outlier) implicates every part, since nothing tells which one is at
-// fault.
+// implicate marks the parts a rejection points at: only those a reason
+// names by its component (a finding about that GPU or HCA port). A reason
+// about no part (a slow node, an outlier, a slow pair) or an inconclusive
+// step implicates nothing: marking every part would make healthy parts
+// repeat offenders in their next node.
 func implicate(parts []Part, rs []Reason) {
-	all := false
 	for _, r := range rs {
-		if r.Code == ReasonRepeat {
+		if r.Code == ReasonRepeat || r.Code == ReasonInconclusive {
 			continue
 		}
-		if r.Code == ReasonPairSlow && r.Component == "" {
-			hcas := 0
-			for i := range parts {
-				if parts[i].Kind == "hca" {
-					parts[i].Implicated = true
-					hcas++
-				}
-			}
-			if hcas > 0 {
-				continue
-			}
-		}
-		i := partIndex(parts, r.Component)
-		if i < 0 {
-			all = true
-			continue
-		}
-		parts[i].Implicated = true
-	}
-	if all {
-		for i := range parts {
+		if i := partIndex(parts, r.Component); i >= 0 {
 			parts[i].Implicated = true
 		}
 	}

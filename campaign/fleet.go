@@ -30,6 +30,15 @@ type Node struct {
 	OutOfServiceReason string
 }
 
+// Bounds on RunOptions.Timeout the coordinator enforces on every request
+// (0 takes its default of 2m). Campaign specs are checked against them
+// when they are read, so a step the coordinator would refuse is an error
+// at start, not an inconclusive node hours later.
+const (
+	MinRunTimeout = 100 * time.Millisecond
+	MaxRunTimeout = time.Hour
+)
+
 // RunOptions bound one request to an agent.
 type RunOptions struct {
 	Timeout time.Duration

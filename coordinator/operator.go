@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/campaign"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/selector"
 	"github.com/fleetcheck/fleetcheck/store"
@@ -19,8 +20,8 @@ import (
 // RunCheck bounds.
 const (
 	DefaultRunTimeout = 2 * time.Minute
-	MinRunTimeout     = 100 * time.Millisecond
-	MaxRunTimeout     = time.Hour
+	MinRunTimeout     = campaign.MinRunTimeout
+	MaxRunTimeout     = campaign.MaxRunTimeout
 	maxRunChecks      = 64
 	maxReason         = 512
 	// progressEvery coalesces progress messages for big fleets.
