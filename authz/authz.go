@@ -9,7 +9,10 @@
 //   - /fleetcheck.v1.OperatorService/* and /fleetcheck.v1.CampaignService/*
 //     only for admin identities;
 //   - anything else is refused;
-//   - the identity's trust domain must be the configured one.
+//   - the identity's trust domain must be the configured one, and every CA
+//     in its verified chain that names trust domains must name exactly
+//     that one (pki.ChainIdentity): a parent domain's CA in the bundle
+//     vouches for nothing.
 //
 // An explicit insecure mode (plaintext, for the demo) lets everyone call
 // everything as "anonymous" and says so loudly (WarnInsecure).
@@ -19,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -30,6 +34,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/ratelimit"
 )
 
 // Identity is who is calling: a certificate's identity, or Anonymous in
@@ -64,13 +69,26 @@ type Config struct {
 	// plaintext demos and tests; call WarnInsecure when serving so.
 	Insecure bool
 	Logger   zerolog.Logger
+	// Limit bounds the refusals logged per identity (per peer host when
+	// there is none), so one hostile client cannot fill the log; the rest
+	// are counted there by reason. Default: a limiter of its own. The
+	// coordinator shares one with its refused events.
+	Limit *ratelimit.Keyed
 }
+
+// Reasons refusals are counted under when not logged.
+const (
+	ReasonUnauthenticated  = "unauthenticated"
+	ReasonForeignDomain    = "foreign_trust_domain"
+	ReasonMethodNotAllowed = "method_not_allowed"
+)
 
 // Authorizer holds the policy; its interceptors enforce it.
 type Authorizer struct {
 	td       string
 	insecure bool
 	log      zerolog.Logger
+	limit    *ratelimit.Keyed
 	rules    []rule
 }
 
@@ -87,10 +105,15 @@ func New(cfg Config) (*Authorizer, error) {
 			return nil, fmt.Errorf("authz: %w", err)
 		}
 	}
+	limit := cfg.Limit
+	if limit == nil {
+		limit = ratelimit.New(ratelimit.Options{})
+	}
 	return &Authorizer{
 		td:       cfg.TrustDomain,
 		insecure: cfg.Insecure,
 		log:      cfg.Logger,
+		limit:    limit,
 		rules: []rule{
 			{prefix: "/" + pb.AgentService_ServiceDesc.ServiceName + "/", kind: pki.KindNode},
 			{prefix: "/" + pb.OperatorService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
@@ -139,7 +162,9 @@ func WithIdentity(ctx context.Context, id Identity, log zerolog.Logger) context.
 // CheckNode says whether the caller may speak for node claimed: a node
 // identity only for its own name; anonymous callers (insecure mode) for
 // any. The coordinator calls it on the Hello and on every Result. A
-// refusal is logged and returned as PermissionDenied.
+// refusal is returned as PermissionDenied, not logged: the caller records
+// it (the coordinator logs it and writes a refused event, both bounded
+// per identity).
 func CheckNode(ctx context.Context, claimed string) error {
 	c, ok := ctx.Value(ctxKey{}).(*call)
 	if !ok {
@@ -152,8 +177,6 @@ func CheckNode(ctx context.Context, claimed string) error {
 	if c.id.Kind == pki.KindNode && c.id.Name == claimed {
 		return nil
 	}
-	c.log.Warn().Str("peer", c.id.Peer).Str("method", c.method).Str("identity", c.id.String()).
-		Str("node", claimed).Msg("refused: identity speaks for another node")
 	return status.Errorf(codes.PermissionDenied, "%s may not speak for node %q", c.id.Actor(), claimed)
 }
 
@@ -203,20 +226,50 @@ func (a *Authorizer) authorize(ctx context.Context, method string) (context.Cont
 
 	id, err := a.identify(p)
 	if err != nil {
-		log.Warn().Err(err).Msg("refused: no valid identity")
+		if ev := a.refusal(log, peerHost(addr), ReasonUnauthenticated); ev != nil {
+			ev.Err(err).Msg("refused: no valid identity")
+		}
 		return nil, status.Error(codes.Unauthenticated, err.Error())
 	}
 	id.Peer = addr
 	log = log.With().Str("identity", id.String()).Logger()
 	if id.TrustDomain != a.td {
-		log.Warn().Str("trust_domain", id.TrustDomain).Msg("refused: foreign trust domain")
+		if ev := a.refusal(log, id.String(), ReasonForeignDomain); ev != nil {
+			ev.Str("trust_domain", id.TrustDomain).Msg("refused: foreign trust domain")
+		}
 		return nil, status.Errorf(codes.PermissionDenied, "identity %s is not of trust domain %s", id, a.td)
 	}
 	if !a.allowed(id.Kind, method) {
-		log.Warn().Msg("refused: identity may not call this method")
+		if ev := a.refusal(log, id.String(), ReasonMethodNotAllowed); ev != nil {
+			ev.Msg("refused: identity may not call this method")
+		}
 		return nil, status.Errorf(codes.PermissionDenied, "%s may not call %s", id.Actor(), method)
 	}
 	return context.WithValue(ctx, ctxKey{}, &call{id: id, method: method, log: log}), nil
+}
+
+// refusal is the warn line for a refusal of key's, or nil when key's
+// refusals are past their bound (counted under reason instead). A line
+// after suppressed ones says how many were not logged.
+func (a *Authorizer) refusal(log zerolog.Logger, key, reason string) *zerolog.Event {
+	ok, held := a.limit.Allow(key, reason)
+	if !ok {
+		return nil
+	}
+	ev := log.Warn()
+	if held > 0 {
+		ev = ev.Uint64("suppressed", held)
+	}
+	return ev
+}
+
+// peerHost is the host of a peer address: unauthenticated clients are
+// bounded per host, not per source port.
+func peerHost(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }
 
 // identify reads the verified client certificate. A certificate there
@@ -233,7 +286,8 @@ func (a *Authorizer) identify(p *peer.Peer) (Identity, error) {
 	if len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return Identity{}, errors.New("no verified client certificate")
 	}
-	id, err := pki.ParseIdentity(info.State.VerifiedChains[0][0])
+	// The CAs that vouch for it must be of its own trust domain exactly.
+	id, err := pki.ChainIdentity(info.State.VerifiedChains)
 	if err != nil {
 		return Identity{}, err
 	}

@@ -201,14 +201,14 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Who may speak for the node comes before anything else the hello says.
-	if err := s.checkNode(ctx, log, id, hello.GetNode()); err != nil {
+	if err := s.checkNode(ctx, id, hello.GetNode()); err != nil {
 		// Recorded under the node the certificate names when it names one:
 		// that node's agent is the one misconfigured or misused.
 		node := hello.GetNode()
 		if id.Kind == NodeIdentity {
 			node = id.Name
 		}
-		s.refusal(ctx, node, id.Actor(), "hello\x00"+hello.GetNode(), "connection refused: "+status.Convert(err).Message())
+		s.refusal(ctx, log, id, node, ReasonOtherNode, "hello\x00"+hello.GetNode(), "connection refused: "+status.Convert(err).Message())
 		return err
 	}
 	if err := CheckProtocol(hello.GetProtocolVersion()); err != nil {
@@ -463,11 +463,11 @@ func (s *Server) detach(sess *session, cause error) {
 	s.setState(ctx, e, state, reason, "", &off, now)
 }
 
-// checkNode says whether id may speak for node; a refusal is logged here.
-// Behind the authz interceptors authz decides (and logs); without them (a
-// caller-supplied Identify) a node identity speaks only for itself and an
-// operator for no node.
-func (s *Server) checkNode(ctx context.Context, log zerolog.Logger, id Identity, node string) error {
+// checkNode says whether id may speak for node; the caller records a
+// refusal (refusal). Behind the authz interceptors authz decides; without
+// them (a caller-supplied Identify) a node identity speaks only for
+// itself and an operator for no node.
+func (s *Server) checkNode(ctx context.Context, id Identity, node string) error {
 	if _, ok := authz.IdentityFrom(ctx); ok {
 		return authz.CheckNode(ctx, node)
 	}
@@ -480,21 +480,34 @@ func (s *Server) checkNode(ctx context.Context, log zerolog.Logger, id Identity,
 	default:
 		return nil
 	}
-	log.Warn().Str("identity", id.Actor()).Str("claimed", node).Msg("refused: identity speaks for another node")
 	return err
 }
 
 // Refusal events are kept to one per identity and what it claimed per
 // refusalEvery: a misconfigured agent retrying every few seconds, or
-// resending a refused result, must not fill the event log.
+// resending a refused result, must not fill the event log. Across claims,
+// an identity's refusals are bounded by Refusals' token bucket.
 const (
 	refusalEvery  = 10 * time.Minute
 	refusalMemory = 4096
 )
 
-// refusal records a refusal as an event under node, at most once per
-// actor and key (what was claimed) every refusalEvery.
-func (s *Server) refusal(ctx context.Context, node, actor, key, why string) {
+// refusal records a refusal: a warn line, and a refused event under node
+// at most once per identity and key (what was claimed) every
+// refusalEvery. Past the identity's bound (a certificate claiming a new
+// node name each time) neither is written; the refusal is counted under
+// reason (fleetcheck_refusals_suppressed_total).
+func (s *Server) refusal(ctx context.Context, log zerolog.Logger, id Identity, node, reason, key, why string) {
+	actor := id.Actor()
+	ok, held := s.opts.Refusals.allow(actor, reason)
+	if !ok {
+		return
+	}
+	ev := log.Warn().Str("identity", id.spiffeID()).Str("reason", reason)
+	if held > 0 {
+		ev = ev.Uint64("suppressed", held)
+	}
+	ev.Msg("refused: " + refusalWords(reason))
 	key = actor + "\x00" + key
 	now := s.now()
 	s.refusalMu.Lock()
@@ -545,15 +558,14 @@ func (x *session) handleResult(r *pb.Result) {
 	// A node speaks only for itself: its certificate's node, and the node
 	// this stream said hello as.
 	why := ""
-	if err := s.checkNode(x.ctx, log, x.id, r.GetNode()); err != nil {
+	if err := s.checkNode(x.ctx, x.id, r.GetNode()); err != nil {
 		why = fmt.Sprintf("result %s refused: %s", r.GetId(), status.Convert(err).Message())
 	} else if r.GetNode() != x.node {
 		why = fmt.Sprintf("result %s claims node %q; this stream speaks for %q", r.GetId(), r.GetNode(), x.node)
-		log.Warn().Str("claimed", r.GetNode()).Msg("result for another node refused")
 	}
 	if why != "" {
 		s.refused.Add(1)
-		s.refusal(x.ctx, x.node, x.id.Actor(), "result\x00"+r.GetNode(), why)
+		s.refusal(x.ctx, log.With().Str("claimed", r.GetNode()).Logger(), x.id, x.node, ReasonOtherNode, "result\x00"+r.GetNode(), why)
 		x.send(ackMsg(&pb.Ack{ResultId: r.GetId(), Refused: why}))
 		return
 	}
@@ -570,8 +582,7 @@ func (x *session) handleResult(r *pb.Result) {
 		case !sent:
 			s.refused.Add(1)
 			why := fmt.Sprintf("result %s names work %q, which was never sent to node %s", r.GetId(), clipID(wid), x.node)
-			log.Warn().Msg("result for work never sent to this node refused")
-			s.refusal(x.ctx, x.node, x.id.Actor(), "work\x00"+wid, why)
+			s.refusal(x.ctx, log, x.id, x.node, ReasonWorkNotSent, "work\x00"+wid, why)
 			x.send(ackMsg(&pb.Ack{ResultId: r.GetId(), Refused: why}))
 			return
 		}

@@ -41,6 +41,18 @@ func (id Identity) Actor() string {
 	return "anonymous"
 }
 
+// spiffeID is the identity as its certificate names it, for logs; an
+// anonymous peer is its Actor.
+func (id Identity) spiffeID() string {
+	switch id.Kind {
+	case NodeIdentity:
+		return pki.Identity{TrustDomain: id.TrustDomain, Kind: pki.KindNode, Name: id.Name}.String()
+	case AdminIdentity:
+		return pki.Identity{TrustDomain: id.TrustDomain, Kind: pki.KindAdmin, Name: id.Name}.String()
+	}
+	return id.Actor()
+}
+
 // IdentifyFunc finds the identity of a call's peer.
 type IdentifyFunc func(ctx context.Context) Identity
 
@@ -65,7 +77,7 @@ func PeerIdentity(ctx context.Context) Identity {
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return id
 	}
-	pid, err := pki.ParseIdentity(info.State.VerifiedChains[0][0])
+	pid, err := pki.ChainIdentity(info.State.VerifiedChains)
 	if err != nil {
 		return id
 	}

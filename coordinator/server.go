@@ -64,6 +64,8 @@ type Options struct {
 	// Gossip, when set, adjusts the gossip pool's configuration before it
 	// starts (tests: transport, timings).
 	Gossip func(*membership.Config)
+	// Refusals bounds and counts refusals (Secure sets it; default: its own).
+	Refusals *Refusals
 }
 
 // Metrics receives the coordinator's measurements that a snapshot of
@@ -138,6 +140,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
+	}
+	if opts.Refusals == nil {
+		opts.Refusals = NewRefusals(opts.Logger, opts.Now)
 	}
 	s := &Server{
 		cfg:      cfg,
@@ -530,6 +535,11 @@ type Stats struct {
 	// GossipMembers counts the gossip pool's members by state (alive,
 	// dead, left); nil when gossip is off.
 	GossipMembers map[string]int
+	// RefusalsSuppressed counts refusals past their identity's bound (not
+	// logged, no event), by reason; TLSHandshakeFailures failed TLS
+	// handshakes by reason (pki.HandshakeReason).
+	RefusalsSuppressed   map[string]uint64
+	TLSHandshakeFailures map[string]uint64
 }
 
 // Stats returns the current counters.
@@ -549,6 +559,8 @@ func (s *Server) Stats() Stats {
 	st.ResultsDuplicate = s.duplicates.Load()
 	st.ResultsRefused = s.refused.Load()
 	st.ActiveWork, st.WorkNodes, st.WorkNodesDone = s.works.progress()
+	st.RefusalsSuppressed = s.opts.Refusals.Suppressed()
+	st.TLSHandshakeFailures = s.opts.Refusals.Handshakes()
 	if db := s.Store(); db != nil {
 		st.Store = db.Stats()
 	}

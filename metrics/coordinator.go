@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/pki"
 )
 
 // Coordinator is the coordinator's exporter: histograms fed as the store
@@ -45,8 +46,15 @@ var (
 		"Members of the gossip pool as the coordinator sees them, by state (alive, dead, left); absent when gossip is off.",
 		[]string{"state"}, nil)
 
+	descRefusalsSuppressed = prometheus.NewDesc("fleetcheck_refusals_suppressed_total",
+		"Refusals past their identity's bound, counted instead of logged and recorded as refused events, by reason.",
+		[]string{"reason"}, nil)
+	descTLSFailures = prometheus.NewDesc("fleetcheck_tls_handshake_failures_total",
+		"TLS handshakes on the gRPC port that failed, by reason (plaintext, no_certificate, unknown_ca, expired, ...).",
+		[]string{"reason"}, nil)
+
 	coordinatorDescs = []*prometheus.Desc{descNodes, descConnected, descIngested, descDuplicates,
-		descRefusedResults, descWorks, descWorkNodes, descWorkRatio, descGossip}
+		descRefusedResults, descWorks, descWorkNodes, descWorkRatio, descGossip, descRefusalsSuppressed, descTLSFailures}
 )
 
 // NewCoordinator builds the coordinator's exporter and registers it on
@@ -116,6 +124,18 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 	out.add(descWorkNodes, prometheus.GaugeValue, float64(st.WorkNodes-st.WorkNodesDone), "pending")
 	if st.WorkNodes > 0 {
 		out.add(descWorkRatio, prometheus.GaugeValue, float64(st.WorkNodesDone)/float64(st.WorkNodes))
+	}
+	for _, r := range coordinator.RefusalReasons() {
+		out.add(descRefusalsSuppressed, prometheus.CounterValue, float64(st.RefusalsSuppressed[r]), r)
+	}
+	for r, n := range st.RefusalsSuppressed {
+		out.add(descRefusalsSuppressed, prometheus.CounterValue, float64(n), r)
+	}
+	for _, r := range pki.HandshakeReasons() {
+		out.add(descTLSFailures, prometheus.CounterValue, float64(st.TLSHandshakeFailures[string(r)]), string(r))
+	}
+	for r, n := range st.TLSHandshakeFailures {
+		out.add(descTLSFailures, prometheus.CounterValue, float64(n), r)
 	}
 	if st.GossipMembers != nil {
 		for _, state := range []string{"alive", "dead", "left"} {

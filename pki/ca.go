@@ -38,9 +38,12 @@ type CAOptions struct {
 }
 
 // NewCA makes a self-signed ECDSA P-256 CA for trustDomain. Its URI SAN
-// spiffe://TRUST_DOMAIN records the domain for later issuing, and a name
-// constraint keeps it from vouching for SPIFFE IDs of other domains when
-// its certificate is trusted next to other CAs.
+// spiffe://TRUST_DOMAIN records the domain for later issuing, and name
+// constraints keep it from vouching for SPIFFE IDs of other domains when
+// its certificate is trusted next to other CAs: the domain is permitted
+// and its subdomains (".DOMAIN", which Go's "DOMAIN" would also admit)
+// excluded, since a subdomain is another trust domain. ChainIdentity
+// holds CAs made before the exclusion to their exact domain as well.
 func NewCA(trustDomain string, opts CAOptions) (*CA, error) {
 	if err := ValidateTrustDomain(trustDomain); err != nil {
 		return nil, err
@@ -75,6 +78,7 @@ func NewCA(trustDomain string, opts CAOptions) (*CA, error) {
 		KeyUsage:            x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		URIs:                []*url.URL{{Scheme: "spiffe", Host: trustDomain}},
 		PermittedURIDomains: []string{trustDomain},
+		ExcludedURIDomains:  []string{"." + trustDomain},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {

@@ -4,17 +4,42 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 )
 
 // ServerCredentials are gRPC transport credentials over ServerConfig.
+// A failed handshake is passed to opts.OnHandshakeError, with its reason:
+// gRPC itself only tells its own logger.
 func ServerCredentials(opts ServerOptions) (credentials.TransportCredentials, error) {
 	cfg, err := ServerConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	return credentials.NewTLS(cfg), nil
+	tc := credentials.NewTLS(cfg)
+	if opts.OnHandshakeError == nil {
+		return tc, nil
+	}
+	return &serverCreds{TransportCredentials: tc, onErr: opts.OnHandshakeError}, nil
+}
+
+// serverCreds reports failed handshakes.
+type serverCreds struct {
+	credentials.TransportCredentials
+	onErr func(peer net.Addr, reason HandshakeReason, err error)
+}
+
+func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		c.onErr(raw.RemoteAddr(), ClassifyHandshake(err, time.Now()), err)
+	}
+	return conn, info, err
+}
+
+func (c *serverCreds) Clone() credentials.TransportCredentials {
+	return &serverCreds{TransportCredentials: c.TransportCredentials.Clone(), onErr: c.onErr}
 }
 
 // ClientCredentials are gRPC transport credentials that build a fresh

@@ -2,11 +2,14 @@ package pki
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +58,7 @@ type Reloader struct {
 type material struct {
 	cert   *tls.Certificate // Leaf set
 	pool   *x509.CertPool
+	cas    []string // SHA-256 fingerprints of the pool's certificates
 	stamps [3]stamp // cert, key, CA file as they were when read
 }
 
@@ -214,10 +218,20 @@ func (r *Reloader) reloadLocked() error {
 		return fmt.Errorf("tls: CA bundle %s: %w", r.files.CAFile, err)
 	}
 	pool := x509.NewCertPool()
+	fps := make([]string, 0, len(cas))
 	for _, c := range cas {
 		pool.AddCert(c)
+		fps = append(fps, Fingerprint(c))
 	}
-	old := r.cur.Swap(&material{cert: &cert, pool: pool, stamps: stamps})
+	old := r.cur.Swap(&material{cert: &cert, pool: pool, cas: fps, stamps: stamps})
+	if old != nil {
+		// Who is trusted changed: say which CAs, so an unexpected bundle
+		// shows in the log by the certificates it added.
+		if added, removed := diff(old.cas, fps), diff(fps, old.cas); len(added)+len(removed) > 0 {
+			r.log.Info().Str("ca_file", r.files.CAFile).Strs("added_sha256", added).Strs("removed_sha256", removed).
+				Int("cas", len(fps)).Msg("tls ca bundle changed")
+		}
+	}
 
 	leaf := cert.Leaf
 	ev := r.log.Info()
@@ -234,4 +248,22 @@ func (r *Reloader) reloadLocked() error {
 			Time("not_after", leaf.NotAfter).Msg("tls certificate is not valid now; peers will refuse it")
 	}
 	return nil
+}
+
+// Fingerprint is a certificate's SHA-256 fingerprint, lowercase hex, as
+// `openssl x509 -fingerprint -sha256` shows it without the colons.
+func Fingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// diff is what b has and a does not.
+func diff(a, b []string) []string {
+	out := []string{}
+	for _, x := range b {
+		if !slices.Contains(a, x) && !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

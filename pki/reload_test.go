@@ -1,11 +1,17 @@
 package pki
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // Replacing the files on disk switches the served certificate, with no
@@ -146,5 +152,57 @@ func TestReloadRotatesClientCAs(t *testing.T) {
 	}
 	if err := dialWith(oldClient); err == nil {
 		t.Fatal("old CA still let in after rotation")
+	}
+}
+
+// A changed CA bundle says which CAs it added and removed, by SHA-256.
+func TestReloadLogsCABundleChange(t *testing.T) {
+	t.Parallel()
+	ca, extra := newTestCA(t, "fleet.test"), newTestCA(t, "test")
+	f := ca.files(t, Request{Kind: KindNode, Name: "gpu01"})
+	var logs bytes.Buffer
+	r, err := NewReloader(f, ReloaderOptions{CheckInterval: -1, Logger: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(bundle []byte) map[string]any {
+		t.Helper()
+		logs.Reset()
+		tmp := f.CAFile + ".new"
+		if err := os.WriteFile(tmp, bundle, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, f.CAFile); err != nil {
+			t.Fatal(err)
+		}
+		if changed, err := r.Check(); err != nil || !changed {
+			t.Fatalf("check: %v %v", changed, err)
+		}
+		for _, line := range strings.Split(logs.String(), "\n") {
+			m := map[string]any{}
+			if json.Unmarshal([]byte(line), &m) == nil && m["message"] == "tls ca bundle changed" {
+				return m
+			}
+		}
+		return nil
+	}
+	strs := func(v any) []string {
+		var out []string
+		for _, x := range v.([]any) {
+			out = append(out, x.(string))
+		}
+		return out
+	}
+	m := check(append(EncodeCert(ca.Cert), EncodeCert(extra.Cert)...))
+	if m == nil || m["level"] != "info" || !slices.Equal(strs(m["added_sha256"]), []string{Fingerprint(extra.Cert)}) ||
+		len(strs(m["removed_sha256"])) != 0 {
+		t.Fatalf("adding a CA logged %v", m)
+	}
+	if len(Fingerprint(extra.Cert)) != 64 {
+		t.Fatalf("fingerprint %q is not SHA-256 hex", Fingerprint(extra.Cert))
+	}
+	m = check(EncodeCert(ca.Cert))
+	if m == nil || !slices.Equal(strs(m["removed_sha256"]), []string{Fingerprint(extra.Cert)}) || len(strs(m["added_sha256"])) != 0 {
+		t.Fatalf("removing a CA logged %v", m)
 	}
 }

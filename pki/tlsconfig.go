@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 )
 
 // ServerOptions configure ServerConfig.
@@ -14,6 +15,10 @@ type ServerOptions struct {
 	// NextProtos are the ALPN protocols offered. gRPC adds "h2" itself;
 	// set this for other servers.
 	NextProtos []string
+	// OnHandshakeError, when set, hears of every failed handshake of
+	// ServerCredentials, with why (a refused certificate, plaintext);
+	// it must not block.
+	OnHandshakeError func(peer net.Addr, reason HandshakeReason, err error)
 }
 
 // ServerConfig is a mutual-TLS server configuration: TLS 1.3 only, a
@@ -98,7 +103,9 @@ func ClientConfig(opts ClientOptions) (*tls.Config, error) {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("server sent no certificate")
 			}
-			id, err := ParseIdentity(cs.PeerCertificates[0])
+			// The chain's CAs must be of the coordinator's own domain
+			// too: a parent domain's CA in the bundle vouches for nothing.
+			id, err := ChainIdentity(cs.VerifiedChains)
 			if err != nil {
 				return fmt.Errorf("server identity: %w", err)
 			}
