@@ -304,9 +304,13 @@ type NVLink struct {
 
 // KernelLog is the parsed kernel log.
 type KernelLog struct {
+	// Events are in log order; of each kind only the newest ones are kept
+	// (kmsg.MaxEventsPerKind), the rest are counted in Dropped.
 	Events []KernelEvent
 	// Lines is the number of lines read, for evidence.
 	Lines int
+	// Dropped counts, per kind, the oldest events not kept; nil when none.
+	Dropped map[KernelEventKind]int `json:",omitempty"`
 }
 
 // KernelEventKind distinguishes GPU Xids from NVSwitch SXids and other

@@ -38,7 +38,9 @@ import (
 //
 // Metrics: xid.events (counted), xid.new_events (not seen by the previous
 // run), xid.<code>.count, xid.fell_off_bus_events, and the events left out:
-// xid.ignored_events, xid.before_reset_events, xid.outside_lookback_events.
+// xid.ignored_events, xid.before_reset_events, xid.outside_lookback_events,
+// and, after a flood, xid.dropped_events (the oldest lines past the
+// parser's bound, kmsg.MaxEventsPerKind, counted but not judged).
 type Xid struct{}
 
 var _ checks.Check = Xid{}
@@ -149,6 +151,10 @@ func (Xid) Run(in checks.Input) checks.Result {
 	res.Metric("xid.ignored_events", float64(skipped["ignored"]))
 	res.Metric("xid.before_reset_events", float64(skipped["before_reset"]))
 	res.Metric("xid.outside_lookback_events", float64(skipped["outside_lookback"]))
+	if d := in.Snap.Kernel.Dropped[snapshot.EventXid] + in.Snap.Kernel.Dropped[snapshot.EventFellOffBus]; d > 0 {
+		// The parser keeps the newest events of a flood; the oldest are only counted.
+		res.Metric("xid.dropped_events", float64(d))
+	}
 	return res
 }
 

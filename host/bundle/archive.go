@@ -123,7 +123,7 @@ func Unpack(r io.ReaderAt, size int64, lim Limits) (fs.FS, error) {
 			if _, isDir := m.dirs[name]; isDir {
 				return fmt.Errorf("%w: %s is both a file and a directory", ErrHostile, hdr.Name)
 			}
-			if hdr.Size <= heldFileBytes && held+hdr.Size <= heldTotalBytes {
+			if hdr.Size <= lim.holdFile() && held+hdr.Size <= heldTotalBytes {
 				// Read one byte past the declared size so a lying header is caught.
 				data, err := io.ReadAll(io.LimitReader(tr, hdr.Size+1))
 				if err != nil {

@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -222,6 +224,9 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// FuzzUnpack's corpus (testdata/fuzz/FuzzUnpack) holds the hostile shapes:
+// PAX-header bombs, pipe and device entries, sparse and lying headers,
+// overlong lines. A small hold size makes the fuzzer run the streaming path.
 func FuzzUnpack(f *testing.F) {
 	f.Add([]byte{})
 	var buf bytes.Buffer
@@ -232,8 +237,9 @@ func FuzzUnpack(f *testing.F) {
 	_ = tw.Close()
 	_ = gz.Close()
 	f.Add(buf.Bytes())
+	lim := fuzzLimits
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := unpackBytes(data, Limits{MaxTotalBytes: 1 << 20, MaxFileBytes: 1 << 20, MaxEntries: 1000})
+		m, err := unpackBytes(data, lim)
 		if err != nil {
 			return
 		}
@@ -244,9 +250,116 @@ func FuzzUnpack(f *testing.F) {
 			if !fs.ValidPath(p) {
 				t.Fatalf("unpacked invalid path %q", p)
 			}
+			if d.IsDir() {
+				return nil
+			}
+			got, err := fs.ReadFile(m, p)
+			if err != nil {
+				t.Fatalf("%s was accepted but does not read: %v", p, err)
+			}
+			if fi, _ := d.Info(); int64(len(got)) != fi.Size() || fi.Size() > lim.MaxFileBytes {
+				t.Fatalf("%s: read %d bytes, listed %d, limit %d", p, len(got), fi.Size(), lim.MaxFileBytes)
+			}
 			return nil
 		})
 	})
+}
+
+// A PAX-header bomb counts no file bytes but decompresses without end: it
+// is refused once the decompressed stream passes the limit.
+func TestUnpackRefusesDecompressionBomb(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	pad := strings.Repeat("x", 900<<10)
+	for i := range 40 {
+		must(t, tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("d%d/", i), Typeflag: tar.TypeDir, Mode: 0o755,
+			Format: tar.FormatPAX, PAXRecords: map[string]string{"comment": pad}}))
+	}
+	must(t, tw.Close())
+	must(t, gz.Close())
+	if buf.Len() > 200<<10 {
+		t.Fatalf("bomb is %d bytes compressed", buf.Len())
+	}
+	_, err := unpackBytes(buf.Bytes(), Limits{MaxTotalBytes: 1 << 20, MaxEntries: 100})
+	if !errors.Is(err, ErrHostile) || !strings.Contains(err.Error(), "decompresses past") {
+		t.Fatalf("got %v, want ErrHostile: decompresses past the limit", err)
+	}
+}
+
+// A packed bundle's large files stay in the archive: the kernel log comes
+// as a stream, reads the same, and a bundle of zeros does not fill memory.
+func TestPackedLargeFileIsStreamed(t *testing.T) {
+	t.Parallel()
+	dmesg := strings.Repeat("[    1.0] NVRM: Xid (PCI:0000:17:00): 79, GPU has fallen off the bus.\n", 200)
+	data := packTar(t, []entry{
+		{name: "n/", typ: tar.TypeDir},
+		{name: "n/manifest.json", typ: tar.TypeReg, body: `{"format":1,"hostname":"gpu-009"}`},
+		{name: "n/dmesg.txt", typ: tar.TypeReg, body: dmesg},
+		{name: "n/fs/proc/uptime", typ: tar.TypeReg, body: "100.0 50.0\n"},
+	})
+	m, err := unpackBytes(data, Limits{holdFileBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs := m.(*memFS)
+	if _, held := mfs.files["n/dmesg.txt"]; held {
+		t.Error("dmesg.txt was held")
+	}
+	if _, ok := mfs.streamed["n/dmesg.txt"]; !ok {
+		t.Fatal("dmesg.txt is not left in the archive")
+	}
+	b, err := FromFS(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, c := b.CaptureStream(context.Background(), snapshot.SrcKernelLog)
+	if rc == nil || c.State != snapshot.StateOK {
+		t.Fatalf("CaptureStream: %+v", c)
+	}
+	got, err := io.ReadAll(rc)
+	must(t, rc.Close())
+	if err != nil || string(got) != dmesg {
+		t.Errorf("streamed %d bytes (%v), want %d", len(got), err, len(dmesg))
+	}
+	if c := b.Capture(context.Background(), snapshot.SrcKernelLog); string(c.Data) != dmesg {
+		t.Errorf("Capture read %d bytes, want %d", len(c.Data), len(dmesg))
+	}
+	entries, err := fs.ReadDir(m, "n")
+	if err != nil || len(entries) != 3 {
+		t.Errorf("listing %v, %v", entries, err)
+	}
+	if fi, err := fs.Stat(m, "n/dmesg.txt"); err != nil || fi.Size() != int64(len(dmesg)) {
+		t.Errorf("stat %v, %v", fi, err)
+	}
+}
+
+// The kernel log has its own, larger limit; every other file the smaller.
+func TestUnpackPerFileLimits(t *testing.T) {
+	t.Parallel()
+	body := strings.Repeat("x", 2000)
+	lim := Limits{MaxFileBytes: 1000, MaxKernelLogBytes: 4000}
+	if _, err := unpackBytes(packTar(t, []entry{{name: "n/dmesg.txt", typ: tar.TypeReg, body: body}}), lim); err != nil {
+		t.Errorf("a kernel log under its limit: %v", err)
+	}
+	for _, name := range []string{"nvidia-smi.xml", "n/fs/dmesg.txt", "n/fs/x/dmesg.txt"} {
+		_, err := unpackBytes(packTar(t, []entry{{name: name, typ: tar.TypeReg, body: body}}), lim)
+		if !errors.Is(err, ErrHostile) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s past the file limit: got %v, want ErrHostile naming it", name, err)
+		}
+	}
+}
+
+// The bundle path itself must be a directory or a regular file: a pipe
+// given to analyze is refused, not waited on.
+func TestOpenRefusesPipeAsBundle(t *testing.T) {
+	t.Parallel()
+	p := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	must(t, syscall.Mkfifo(p, 0o644))
+	if _, err := Open(p); !errors.Is(err, ErrHostile) {
+		t.Fatalf("got %v, want ErrHostile", err)
+	}
 }
 
 // A directory bundle's symlinks may not lead out of it (the bundle is

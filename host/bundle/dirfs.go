@@ -95,7 +95,7 @@ func openDir(dir string, lim Limits) (*dirFS, error) {
 				if total += fi.Size(); total > lim.MaxTotalBytes {
 					return fmt.Errorf("%w: files add up to more than %d bytes", ErrHostile, lim.MaxTotalBytes)
 				}
-				if fi.Size() <= heldFileBytes && heldSum+fi.Size() <= heldTotalBytes {
+				if fi.Size() <= lim.holdFile() && heldSum+fi.Size() <= heldTotalBytes {
 					heldSum += fi.Size()
 					held = append(held, child)
 				}
@@ -155,7 +155,7 @@ func (d *dirFS) readAhead(dir string, paths []string) {
 		wg.Go(func() {
 			scratch := make([]byte, 0, 64<<10)
 			for rel := range jobs {
-				if data, ok := readRegular(filepath.Join(dir, filepath.FromSlash(rel)), heldFileBytes, scratch); ok {
+				if data, ok := readRegular(filepath.Join(dir, filepath.FromSlash(rel)), d.lim.holdFile(), scratch); ok {
 					out <- read{rel, data}
 				}
 			}

@@ -24,6 +24,10 @@ type Limits struct {
 	MaxKernelLogBytes int64
 	// MaxEntries bounds files, directories and links together.
 	MaxEntries int
+
+	// holdFileBytes overrides heldFileBytes: the tests and the fuzzer use a
+	// small one so that the streaming path runs on small inputs.
+	holdFileBytes int64
 }
 
 // DefaultLimits fit a real node's bundle (a kernel log of several boots,
@@ -44,6 +48,14 @@ const (
 	heldFileBytes  = 1 << 20
 	heldTotalBytes = 64 << 20
 )
+
+// holdFile is the size up to which a file is held in memory.
+func (l Limits) holdFile() int64 {
+	if l.holdFileBytes > 0 {
+		return l.holdFileBytes
+	}
+	return heldFileBytes
+}
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits

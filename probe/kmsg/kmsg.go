@@ -106,6 +106,10 @@ type parser struct {
 	// bus" line.
 	pending     *snapshot.KernelEvent
 	pendingLeft int
+
+	// compactAt is the event count at which keep (bound.go) next drops
+	// the oldest events past MaxEventsPerKind.
+	compactAt int
 }
 
 func newParser(collectedAt time.Time, uptime time.Duration) *parser {
@@ -116,6 +120,9 @@ func newParser(collectedAt time.Time, uptime time.Duration) *parser {
 }
 
 func (p *parser) finish() *snapshot.KernelLog {
+	if len(p.log.Events) > MaxEventsPerKind {
+		p.compact()
+	}
 	l := p.log
 	return &l
 }
@@ -160,9 +167,7 @@ func (p *parser) line(b []byte) {
 	p.message(st, msg, b)
 }
 
-func (p *parser) emit(e snapshot.KernelEvent) {
-	p.log.Events = append(p.log.Events, e)
-}
+func (p *parser) emit(e snapshot.KernelEvent) { p.keep(e) }
 
 // event builds an event with the line's time fields filled in.
 func (p *parser) event(kind snapshot.KernelEventKind, st stamp, raw string) snapshot.KernelEvent {
