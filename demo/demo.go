@@ -372,6 +372,7 @@ func collectNodes(ctx context.Context, st *store.Store, final *pb.RunCheckProgre
 			if err != nil {
 				return fmt.Errorf("demo: results of %s: %w", n.Name, err)
 			}
+			var results []report.CheckResult
 			for _, r := range rows {
 				if r.ResultID != o.GetResultId() {
 					continue
@@ -380,13 +381,15 @@ func collectNodes(ctx context.Context, st *store.Store, final *pb.RunCheckProgre
 					nr.FailingChecks = append(nr.FailingChecks, r.Check.Name)
 					failing[n.Name][r.Check.Name] = true
 					if r.Check.Status == report.Error && len(r.Check.Findings) == 0 {
-						nr.Findings = append(nr.Findings, report.Finding{Severity: report.SevFail, Component: "node", Code: "CHECK_ERROR", Message: r.Check.Name + ": " + r.Check.Reason, Action: report.ActionMonitor})
+						r.Check.Findings = []report.Finding{{Severity: report.SevFail, Component: "node", Code: "CHECK_ERROR", Message: r.Check.Name + ": " + r.Check.Reason, Action: report.ActionMonitor}}
 					}
 				}
-				for _, f := range r.Check.Findings {
-					if f.Severity == report.SevFail {
-						nr.Findings = append(nr.Findings, f)
-					}
+				results = append(results, r.Check)
+			}
+			// Causes first: a port that is down before the counter it raised.
+			for _, f := range report.FindingsByCause(results, registry.CauseOrder()) {
+				if f.Severity == report.SevFail {
+					nr.Findings = append(nr.Findings, f)
 				}
 			}
 			sort.Strings(nr.FailingChecks)

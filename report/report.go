@@ -213,3 +213,44 @@ func splitNum(s string) (int, string) {
 	}
 	return n, s[:i]
 }
+
+// FindingsByCause lists the findings of a node's check results in the
+// order an operator should read them: failures before warnings, then by
+// the check's place in order (the run order, which lists causes before
+// their symptoms: ib.ports before ib.counters, so a port that went down
+// comes before the link_downed counter it raised; gpu.inventory before
+// the per-GPU checks), then as SortFindings orders one check's findings.
+// Checks not in order come last, by name. results is not modified.
+func FindingsByCause(results []CheckResult, order []string) []Finding {
+	rank := make(map[string]int, len(order))
+	for i, n := range order {
+		rank[n] = i
+	}
+	pos := func(name string) int {
+		if r, ok := rank[name]; ok {
+			return r
+		}
+		return len(order)
+	}
+	rs := append([]CheckResult(nil), results...)
+	sort.SliceStable(rs, func(i, j int) bool {
+		pi, pj := pos(rs[i].Name), pos(rs[j].Name)
+		if pi != pj {
+			return pi < pj
+		}
+		return rs[i].Name < rs[j].Name
+	})
+	var out []Finding
+	for _, sev := range []Severity{SevFail, SevWarn} {
+		for _, r := range rs {
+			fs := append([]Finding(nil), r.Findings...)
+			SortFindings(fs)
+			for _, f := range fs {
+				if f.Severity == sev {
+					out = append(out, f)
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,9 +1,11 @@
 package ibchecks
 
 import (
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/checks"
@@ -87,5 +89,56 @@ func TestFixturePeerMem(t *testing.T) {
 	res := checks.Run([]checks.Check{PeerMem{}}, checks.Input{Snap: snap})[0]
 	if res.Status != report.Fail || len(res.Findings) != 1 || !strings.Contains(res.Findings[0].Message, "nvidia_peermem") {
 		t.Fatalf("peermem on the fixture node without the module: %+v", res)
+	}
+}
+
+// overlayFS replaces a few files of a captured tree.
+type overlayFS struct {
+	base  fs.FS
+	files fstest.MapFS
+}
+
+func (o overlayFS) Open(name string) (fs.File, error) {
+	if _, ok := o.files[name]; ok {
+		return o.files.Open(name)
+	}
+	return o.base.Open(name)
+}
+
+// TestFixtureLogicalDown: the real H100 capture with one port's state file
+// saying "1: DOWN" while its phys_state stays "5: LinkUp" (the cable
+// trained; the subnet manager did not activate the port) is an SM matter,
+// not a reseat; a port physically down is still a reseat.
+func TestFixtureLogicalDown(t *testing.T) {
+	t.Parallel()
+	read := func(files fstest.MapFS) *snapshot.Snapshot {
+		hcas, err := ibsysfs.Read(overlayFS{base: os.DirFS("../../probe/ibsysfs/testdata"), files: files})
+		if err != nil {
+			t.Fatalf("read fixture: %v", err)
+		}
+		return ok(hcas, snapshot.SrcInfiniBand)
+	}
+	const port = "sys/class/infiniband/mlx5_4/ports/1/"
+	cfg := config.Defaults()
+	cfg.Expect.IBPorts = 8
+	for _, tc := range []struct {
+		name  string
+		files fstest.MapFS
+		want  wantFinding
+	}{
+		{"DOWN/LinkUp", fstest.MapFS{port + "state": {Data: []byte("1: DOWN\n")}},
+			wantFinding{comp: "mlx5_4/1", code: CodePortLogicalDown, sev: report.SevFail, action: report.ActionMonitor, msg: "subnet manager"}},
+		{"INIT/LinkUp", fstest.MapFS{port + "state": {Data: []byte("2: INIT\n")}},
+			wantFinding{comp: "mlx5_4/1", code: CodePortLogicalDown, sev: report.SevFail, action: report.ActionMonitor, msg: "INIT/LinkUp"}},
+		{"DOWN/Disabled", fstest.MapFS{port + "state": {Data: []byte("1: DOWN\n")}, port + "phys_state": {Data: []byte("3: Disabled\n")}},
+			wantFinding{comp: "mlx5_4/1", code: CodePortDown, sev: report.SevFail, action: report.ActionReseat, msg: "DOWN/Disabled"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			check(t, Ports{}, checks.Input{Snap: read(tc.files), Config: cfg}, want{status: report.Fail, findings: []wantFinding{
+				tc.want,
+				{comp: "node", code: CodePortsMissing, sev: report.SevFail, action: report.ActionDrain, msg: "7 of 8"},
+			}})
+		})
 	}
 }

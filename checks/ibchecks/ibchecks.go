@@ -21,6 +21,7 @@ import (
 // Finding codes. They are stable: dashboards and drain reasons key on them.
 const (
 	CodePortDown          = "IB_PORT_DOWN"
+	CodePortLogicalDown   = "IB_PORT_LOGICAL_DOWN"
 	CodePortStateUnknown  = "IB_PORT_STATE_UNKNOWN"
 	CodeRateLow           = "IB_RATE_LOW"
 	CodeRateUnknown       = "IB_RATE_UNKNOWN"

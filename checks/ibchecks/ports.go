@@ -12,9 +12,17 @@ import (
 
 // Ports is ib.ports: every HCA port's state, physical state and rate.
 //
-//   - A port not ACTIVE or not LinkUp fails IB_PORT_DOWN (action reseat: a
-//     cable or transceiver is the usual cause). A port whose state could not
-//     be read warns IB_PORT_STATE_UNKNOWN.
+//   - A port whose physical link is not LinkUp fails IB_PORT_DOWN (action
+//     reseat: a cable or transceiver is the usual cause).
+//   - A port whose physical link is LinkUp but whose logical state is not
+//     ACTIVE (DOWN, INIT, ARMED) fails IB_PORT_LOGICAL_DOWN with action
+//     monitor: the cable trained, so reseating it would not help; the
+//     subnet manager has not activated the port (SM not running or not
+//     reaching this port, the port's GUID missing from its partition
+//     configuration). The fix is at the SM, and the message says so; the
+//     node itself is drained through IB_PORTS_MISSING when expect.ib_ports
+//     counts the port.
+//   - A port whose state could not be read warns IB_PORT_STATE_UNKNOWN.
 //   - With expect.ib_rate_gbps, an active InfiniBand port slower than that
 //     fails IB_RATE_LOW (reseat: a down-trained link).
 //   - Ports no expectation covers (all of them without one, Ethernet ports
@@ -127,6 +135,14 @@ func (Ports) Run(in checks.Input) checks.Result {
 func judgeState(res *checks.Result, comp string, p *snapshot.IBPort) bool {
 	down := p.State != "" && p.State != stateActive || p.PhysState != "" && p.PhysState != physLinkUp
 	switch {
+	case down && p.PhysState == physLinkUp:
+		res.Add(report.Finding{
+			Severity: report.SevFail, Component: comp, Code: CodePortLogicalDown, Action: report.ActionMonitor,
+			Message: fmt.Sprintf("port is %s/%s: the link is physically up but the subnet manager has not made the port %s; "+
+				"check the SM (is it running and reaching this port, is the port GUID in its partition config), not the cable",
+				p.State, p.PhysState, stateActive),
+		})
+		return false
 	case down:
 		res.Add(report.Finding{
 			Severity: report.SevFail, Component: comp, Code: CodePortDown, Action: report.ActionReseat,

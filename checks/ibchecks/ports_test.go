@@ -143,7 +143,7 @@ func TestPorts(t *testing.T) {
 			want: want{status: report.Fail, findings: []wantFinding{
 				{comp: "mlx5_0/1", code: CodeSysfsUnreadable, sev: report.SevWarn, action: report.ActionMonitor, msg: "cannot read /sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error: read: input/output error"},
 				{comp: "mlx5_0", code: CodeSysfsUnreadable, sev: report.SevWarn, action: report.ActionMonitor, msg: "mlx5_0/fw_ver: open: permission denied"},
-				{comp: "mlx5_6/1", code: CodePortDown, sev: report.SevFail, action: report.ActionReseat, msg: "DOWN/LinkUp"},
+				{comp: "mlx5_6/1", code: CodePortLogicalDown, sev: report.SevFail, action: report.ActionMonitor, msg: "DOWN/LinkUp: the link is physically up but the subnet manager"},
 			}},
 		},
 		{

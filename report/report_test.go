@@ -1,0 +1,46 @@
+package report
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestFindingsByCause: the IB port-down node of the demo. The store hands
+// back a result's checks newest-inserted first (ib.counters before
+// ib.ports); the port being down must still come first, before the
+// link_downed rise it caused.
+func TestFindingsByCause(t *testing.T) {
+	t.Parallel()
+	order := []string{"gpu.inventory", "gpu.xid", "ib.ports", "ib.counters"}
+	results := []CheckResult{
+		{Name: "ib.counters", Status: Fail, Findings: []Finding{
+			{Severity: SevFail, Component: "mlx5_4/1", Code: "IB_COUNTER_RISING", Action: ActionReseat},
+		}},
+		{Name: "ib.ports", Status: Fail, Findings: []Finding{
+			{Severity: SevFail, Component: "node", Code: "IB_PORTS_MISSING", Action: ActionDrain},
+			{Severity: SevFail, Component: "mlx5_4/1", Code: "IB_PORT_DOWN", Action: ActionReseat},
+			{Severity: SevWarn, Component: "mlx5_0/1", Code: "IB_SYSFS_UNREADABLE", Action: ActionMonitor},
+		}},
+		{Name: "custom.check", Status: Warn, Findings: []Finding{
+			{Severity: SevWarn, Component: "node", Code: "CUSTOM", Action: ActionMonitor},
+		}},
+		{Name: "gpu.xid", Status: Warn, Findings: []Finding{
+			{Severity: SevWarn, Component: "GPU2", Code: "XID_13", Action: ActionRestartApp},
+		}},
+	}
+	got := FindingsByCause(results, order)
+	var codes []string
+	for _, f := range got {
+		codes = append(codes, f.Component+" "+f.Code)
+	}
+	want := []string{
+		"mlx5_4/1 IB_PORT_DOWN", "node IB_PORTS_MISSING", "mlx5_4/1 IB_COUNTER_RISING",
+		"GPU2 XID_13", "mlx5_0/1 IB_SYSFS_UNREADABLE", "node CUSTOM",
+	}
+	if fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Errorf("order:\n got %v\nwant %v", codes, want)
+	}
+	if results[0].Name != "ib.counters" || results[1].Findings[0].Code != "IB_PORTS_MISSING" {
+		t.Errorf("FindingsByCause modified its input")
+	}
+}
