@@ -355,7 +355,7 @@ func (a *Agent) inspect(ctx context.Context, list []checks.Check, prev *checks.S
 // checks config (a multi-node run).
 func (a *Agent) inspectOn(ctx context.Context, h host.Host, cfg *config.Config, list []checks.Check, prev *checks.State, workID string) (*Result, *checks.State) {
 	started := time.Now()
-	res := inspect.Run(ctx, h, inspect.Options{Config: cfg, Checks: list, Prev: prev})
+	res := inspect.Run(ctx, h, inspect.Options{Config: cfg, Checks: list, Prev: prev, Labels: a.cfg.Labels})
 	finished := time.Now()
 	res.Report.Node = a.cfg.Node
 	// Full: every passive check this agent's config enables ran. Not every

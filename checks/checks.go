@@ -35,6 +35,10 @@ type Input struct {
 	// Prev is the state the previous run left, nil on the first run.
 	Prev *State
 	Now  time.Time
+	// Labels are the labels the node declares (an agent's labels: sku,
+	// rack, ...); nil for run/analyze. gpu.inventory reads GPU
+	// expectations from them.
+	Labels map[string]string
 }
 
 // Result is what a check returns; the runner turns it into a report.CheckResult.

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/host/bundle"
 	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/sim"
 )
 
 const examples = "../examples/bundles"
@@ -201,6 +202,50 @@ func BenchmarkAnalyzePackedBundle(b *testing.B) {
 		res := Run(context.Background(), bd, Options{Config: cfg, Checks: list})
 		if res.Report.Status != report.Pass {
 			b.Fatalf("status %s", res.Report.Status)
+		}
+	}
+}
+
+// TestUnreachableGPUOnSim: a GPU nvidia-smi cannot talk to (the simulator
+// prints nvidia-smi's own "Unable to determine the device handle" line and
+// exits 15, as a real node does) fails gpu.inventory naming its PCI bus id;
+// the other GPU checks judge the seven GPUs that answer instead of erroring.
+func TestUnreachableGPUOnSim(t *testing.T) {
+	t.Parallel()
+	n, err := sim.New(sim.DefaultSpec("gpu-017"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.AddFault(sim.GPUUnreachable{GPU: 4}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := checks.Select(registry.All(), nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Defaults()
+	cfg.Expect.GPUCount = 8
+	r := Run(context.Background(), n, Options{Config: cfg, Checks: list}).Report
+	inv := r.Check("gpu.inventory")
+	if inv == nil || inv.Status != report.Fail {
+		t.Fatalf("gpu.inventory: %+v", inv)
+	}
+	var lost *report.Finding
+	for i, f := range inv.Findings {
+		if f.Code == "GPU_UNREACHABLE" {
+			lost = &inv.Findings[i]
+		}
+	}
+	bus := sim.DefaultSpec("gpu-017").GPUs[4].BusID
+	if lost == nil || lost.PCIBusID != bus || lost.Severity != report.SevFail {
+		t.Fatalf("no GPU_UNREACHABLE finding for %s: %+v", bus, inv.Findings)
+	}
+	if inv.Metrics["gpu.count"] != 7 || inv.Metrics["gpu.unreachable_count"] != 1 {
+		t.Errorf("metrics %v", inv.Metrics)
+	}
+	for _, name := range []string{"gpu.config", "gpu.ecc", "gpu.thermal", "gpu.pcie", "gpu.processes", "gpu.fabric"} {
+		if c := r.Check(name); c == nil || c.Status == report.Error {
+			t.Errorf("%s: %+v, want it judged on the GPUs that answer", name, c)
 		}
 	}
 }

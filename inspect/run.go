@@ -16,6 +16,8 @@ type Options struct {
 	Config *config.Config // nil: defaults
 	Checks []checks.Check // already selected (checks.Select)
 	Prev   *checks.State  // state from the previous run, nil on the first
+	// Labels are the node's declared labels (an agent's), nil when none.
+	Labels map[string]string
 }
 
 // Result is one inspection: the report, the snapshot it judged and the
@@ -44,16 +46,20 @@ func Run(ctx context.Context, h host.Host, opts Options) Result {
 		}
 	}
 	snap := Read(ctx, h, want)
-	return Judge(snap, opts.Checks, cfg, opts.Prev)
+	return judge(snap, opts.Checks, cfg, opts.Prev, opts.Labels)
 }
 
 // Judge runs checks over an existing snapshot.
 func Judge(snap *snapshot.Snapshot, list []checks.Check, cfg *config.Config, prev *checks.State) Result {
+	return judge(snap, list, cfg, prev, nil)
+}
+
+func judge(snap *snapshot.Snapshot, list []checks.Check, cfg *config.Config, prev *checks.State, labels map[string]string) Result {
 	if cfg == nil {
 		cfg = config.Defaults()
 	}
 	at := now(snap)
-	in := checks.Input{Snap: snap, Config: cfg, Prev: prev, Now: at}
+	in := checks.Input{Snap: snap, Config: cfg, Prev: prev, Now: at, Labels: labels}
 	r := report.Report{
 		Node:      snap.Hostname,
 		Inventory: Inventory(snap),

@@ -117,6 +117,17 @@ func readNVML(h host.Host) (*snapshot.GPUState, error) {
 // capture that does not parse is a failed source: its checks error.
 func parse(s *snapshot.Snapshot, src snapshot.Source, c host.Capture) {
 	st := snapshot.SourceState{State: c.State, ExitCode: c.ExitCode, Error: c.Err}
+	if src == snapshot.SrcNvidiaSMI && c.State == snapshot.StateFailed {
+		// nvidia-smi exits non-zero when it cannot talk to one GPU, but
+		// says which, and may print the others: that is data, the lost
+		// GPU a gpu.inventory failure, not an error on every GPU check.
+		if g, err := nvsmi.Parse(c.Data); err == nil && len(g.Unreachable) > 0 {
+			s.GPU = g
+			st.State = snapshot.StateOK
+			s.SetSource(src, st)
+			return
+		}
+	}
 	if c.State != snapshot.StateOK {
 		s.SetSource(src, st)
 		return

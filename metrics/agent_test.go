@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -305,4 +307,30 @@ func TestAgentGossipMembers(t *testing.T) {
 	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "alive"}, 5)
 	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "dead"}, 1)
 	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "left"}, 2)
+}
+
+// TestAgentNothingMeasuredExportsZeroGPUs: a node with nothing to read (no
+// nvidia-smi, no PCI tree, no IB) exports fleetcheck_gpus 0, not nothing,
+// so "GPUs < 8" alerts fire on it.
+func TestAgentNothingMeasuredExportsZeroGPUs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	manifest := `{"format": 1, "hostname": "empty", "collected_at": "2026-11-28T12:00:00Z"}`
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bundle.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := inspect.Run(context.Background(), b, inspect.Options{Config: config.Defaults(), Checks: registry.All()})
+	reg := prometheus.NewRegistry()
+	a, err := NewAgent(reg, AgentInfo{Node: "empty", Version: "1.2.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.PassDone("", &res.Report, time.Second)
+	fams := scrape(t, Handler(reg))
+	mustValue(t, fams, "fleetcheck_gpus", nil, 0)
+	mustValue(t, fams, "fleetcheck_check_status", map[string]string{"check": "gpu.inventory"}, -1)
 }

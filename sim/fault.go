@@ -33,6 +33,7 @@ const (
 	KindFabricNotReady   FaultKind = "fabric_not_ready"
 	KindNCCLWrongResults FaultKind = "nccl_wrong_results"
 	KindDCGMFailure      FaultKind = "dcgm_failure"
+	KindGPUUnreachable   FaultKind = "gpu_unreachable"
 )
 
 // TargetNode is the target of node-wide faults.
@@ -87,6 +88,12 @@ type Xid struct {
 // GPUMissing removes the GPU from nvidia-smi (and attached_gpus) while it
 // stays on the PCI bus: a GPU that fell off the bus.
 type GPUMissing struct{ GPU int }
+
+// GPUUnreachable leaves the GPU known to the driver but unable to answer
+// (NVML_ERROR_UNKNOWN / GPU_IS_LOST): nvidia-smi prints "Unable to
+// determine the device handle for GPU<bdf>: Unknown Error" before the XML
+// of the other GPUs and exits 15. It stays on the PCI bus.
+type GPUUnreachable struct{ GPU int }
 
 // ThermalSlowdown runs the GPU hot (TempC, default 92) with
 // hw_thermal_slowdown and sw_thermal_slowdown Active and clocks pulled down.
@@ -190,6 +197,7 @@ func (PeerMemMissing) Kind() FaultKind   { return KindPeerMemMissing }
 func (FabricNotReady) Kind() FaultKind   { return KindFabricNotReady }
 func (NCCLWrongResults) Kind() FaultKind { return KindNCCLWrongResults }
 func (DCGMFailure) Kind() FaultKind      { return KindDCGMFailure }
+func (GPUUnreachable) Kind() FaultKind   { return KindGPUUnreachable }
 
 func (f ECCUncorrectable) Target() string { return gpuTarget(f.GPU) }
 func (f RowRemapPending) Target() string  { return gpuTarget(f.GPU) }
@@ -210,6 +218,7 @@ func (PeerMemMissing) Target() string     { return TargetNode }
 func (FabricNotReady) Target() string     { return TargetNode }
 func (NCCLWrongResults) Target() string   { return TargetNode }
 func (f DCGMFailure) Target() string      { return gpuTarget(f.GPU) }
+func (f GPUUnreachable) Target() string   { return gpuTarget(f.GPU) }
 
 // GPUFellOffBus is the usual pair for a GPU lost in service: Xid 79 in the
 // kernel log and the GPU gone from nvidia-smi.
@@ -241,6 +250,7 @@ type view struct {
 
 type gpuFaults struct {
 	missing      bool
+	unreachable  bool // missing from the XML, named in a handle error line
 	eccVolatile  uint64
 	eccAggregate uint64
 	remapPending bool
@@ -269,6 +279,9 @@ func (f RowRemapPending) apply(v *view, _ *Spec) { v.gpus[f.GPU].remapPending = 
 func (f RowRemapFailure) apply(v *view, _ *Spec) { v.gpus[f.GPU].remapFailure = true }
 func (Xid) apply(_ *view, _ *Spec)               {}
 func (f GPUMissing) apply(v *view, _ *Spec)      { v.gpus[f.GPU].missing = true }
+func (f GPUUnreachable) apply(v *view, _ *Spec) {
+	v.gpus[f.GPU].missing, v.gpus[f.GPU].unreachable = true, true
+}
 func (f ThermalSlowdown) apply(v *view, _ *Spec) {
 	t := f.TempC
 	if t == 0 {
@@ -333,6 +346,8 @@ func (s *Spec) validate(f Fault) error {
 		}
 		return gpu(f.GPU)
 	case GPUMissing:
+		return gpu(f.GPU)
+	case GPUUnreachable:
 		return gpu(f.GPU)
 	case ThermalSlowdown:
 		return gpu(f.GPU)

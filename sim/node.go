@@ -352,6 +352,10 @@ func (n *Node) Capture(ctx context.Context, src snapshot.Source) host.Capture {
 				ExitCode: 6, Err: "nvidia-smi: no devices were found"}
 		}
 		if src == snapshot.SrcNvidiaSMI {
+			if lost := n.handleErrors(f); lost != nil {
+				return host.Capture{Data: append(lost, n.renderXML(f)...), State: snapshot.StateFailed,
+					ExitCode: 15, Err: "nvidia-smi exited 15"}
+			}
 			return host.OK(n.renderXML(f))
 		}
 		return host.OK(n.renderNVLink(f, n.bumpNVLinkErrors(f)))

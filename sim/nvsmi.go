@@ -519,3 +519,15 @@ func (n *Node) gpuWidth(i int, v *view) int {
 func cTemp(c float64) string { return strconv.FormatFloat(c, 'f', 0, 64) + " C" }
 
 func watts(w float64) string { return strconv.FormatFloat(w, 'f', 2, 64) + " W" }
+
+// handleErrors is what nvidia-smi prints, before the document, for each GPU
+// it cannot get a handle for; nil when it can talk to all of them.
+func (n *Node) handleErrors(f frame) []byte {
+	var b []byte
+	for i := range f.v.gpus {
+		if f.v.gpus[i].unreachable {
+			b = append(b, "Unable to determine the device handle for GPU"+strings.ToUpper(n.spec.GPUs[i].BusID)+": Unknown Error\n"...)
+		}
+	}
+	return b
+}

@@ -66,6 +66,7 @@ const (
 	CodeGPUModelMismatch     = "GPU_MODEL_MISMATCH"
 	CodeGPUModelMixed        = "GPU_MODEL_MIXED"
 	CodeGPUQueryErrors       = "GPU_QUERY_ERRORS"
+	CodeGPUUnreachable       = "GPU_UNREACHABLE"
 
 	// gpu.config
 	CodeECCModeMismatch             = "ECC_MODE_MISMATCH"

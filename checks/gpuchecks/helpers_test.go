@@ -103,7 +103,9 @@ type tcase struct {
 	name string
 	snap *snapshot.Snapshot
 	cfg  *config.Config // nil: defaults
-	want report.Status
+	// labels are the node's declared labels (an agent's).
+	labels map[string]string
+	want   report.Status
 	// findings are "component code action", in report order.
 	findings []string
 	metrics  map[string]float64 // a subset that must be present with these values
@@ -118,7 +120,7 @@ func runTable(t *testing.T, c checks.Check, cases []tcase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cr := checks.Run([]checks.Check{c}, checks.Input{Snap: tc.snap, Config: tc.cfg, Now: time.Now()})[0]
+			cr := checks.Run([]checks.Check{c}, checks.Input{Snap: tc.snap, Config: tc.cfg, Now: time.Now(), Labels: tc.labels})[0]
 			verify(t, cr, tc)
 		})
 	}

@@ -19,6 +19,22 @@ import (
 // nvidia-smi means something different depending on what the PCI bus holds.
 // GPUs bound to another driver (vfio-pci for pass-through) are not expected
 // to show in nvidia-smi and are left out of the comparison.
+//
+// GPUs are expected when expect.gpu_count says so, or the node's labels do
+// (nvidia.com/gpu.count=N, a baseline-sku with xN, a sku naming a GPU
+// model such as sku=h100), or the PCI bus holds NVIDIA GPUs. A node that is
+// expected to have GPUs and shows none fails, whatever else skipped: a
+// node with nothing measured is not healthy (DESIGN.md "Statuses"). It
+// skips only when nothing suggests GPUs.
+//
+// A GPU nvidia-smi names but cannot talk to ("Unable to determine the
+// device handle for GPU0000:9B:00.0: Unknown Error") fails GPU_UNREACHABLE
+// with its PCI bus id and action reboot (a GPU that fell off the bus comes
+// back only with a node reboot; if it does not, reseat or replace it). The
+// other GPUs are still judged by every check.
+//
+// Metrics: gpu.count (GPUs the driver shows: 0 when there is no driver
+// view, left out only when the driver failed) and gpu.unreachable_count.
 type Inventory struct{}
 
 // Name implements checks.Check.
@@ -36,19 +52,26 @@ func (Inventory) Run(in checks.Input) checks.Result {
 		return checks.Errorf("no snapshot")
 	}
 	cfg := conf(in)
-	want := cfg.Expect.GPUCount
+	exp := expectedGPUs(in)
+	want := exp.count
 	src := in.Snap.Source(snapshot.SrcNvidiaSMI)
 	onBus, pciKnown := busGPUs(in.Snap)
 
 	switch {
 	case src.State == snapshot.StateFailed || src.State == snapshot.StateTimeout:
 		why := sourceReason(src)
-		if len(onBus) > 0 {
-			res := checks.Result{Status: report.Pass}
+		res := checks.Result{Status: report.Pass}
+		switch {
+		case len(onBus) > 0:
 			res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
 				Code: CodeDriverNotResponding, Action: report.ActionReboot,
 				Message: fmt.Sprintf("the driver is not answering (%s: %s) while the PCI bus holds %d NVIDIA GPU(s)",
 					snapshot.SrcNvidiaSMI, why, len(onBus))})
+			return res
+		case exp.some:
+			res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
+				Code: CodeDriverNotResponding, Action: report.ActionReboot,
+				Message: fmt.Sprintf("the driver is not answering (%s: %s); expected %s", snapshot.SrcNvidiaSMI, why, exp)})
 			return res
 		}
 		return checks.Errorf("%s: %s", snapshot.SrcNvidiaSMI, why)
@@ -59,21 +82,25 @@ func (Inventory) Run(in checks.Input) checks.Result {
 			why = "no " + string(snapshot.SrcNvidiaSMI)
 		}
 		res := checks.Result{Status: report.Pass}
+		res.Metric("gpu.count", 0)
 		switch {
 		case len(onBus) > 0:
 			res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
 				Code: CodeDriverMissing, Action: report.ActionDrain,
 				Message: fmt.Sprintf("the PCI bus holds %d NVIDIA GPU(s) but there is no driver view of them (%s)", len(onBus), why)})
 			return res
-		case want > 0 && pciKnown:
+		case exp.some:
+			bus := "no NVIDIA GPU on the PCI bus"
+			if !pciKnown {
+				bus = "the PCI bus was not read"
+			}
 			res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
 				Code: CodeGPUCountLow, Action: report.ActionDrain,
-				Message: fmt.Sprintf("expected %d GPU(s), found none: no NVIDIA GPU on the PCI bus and %s", want, why)})
+				Message: fmt.Sprintf("expected %s, found none: %s and %s", exp, why, bus)})
 			return res
-		case want > 0:
-			return checks.Errorf("expected %d GPU(s) but cannot count them: %s and no PCI scan", want, why)
 		}
-		return checks.Skipf("%s", why)
+		res.Status, res.Reason = report.Skip, why
+		return res
 	}
 
 	if in.Snap.GPU == nil {
@@ -82,22 +109,29 @@ func (Inventory) Run(in checks.Input) checks.Result {
 	st := in.Snap.GPU
 	res := checks.Result{Status: report.Pass}
 	res.Metric("gpu.count", float64(len(st.GPUs)))
-	if len(st.GPUs) == 0 && len(onBus) == 0 && want == 0 {
-		return checks.Skipf("the driver reports no GPUs and none is on the PCI bus or expected")
+	res.Metric("gpu.unreachable_count", float64(len(st.Unreachable)))
+	if len(st.GPUs) == 0 && len(st.Unreachable) == 0 && len(onBus) == 0 && !exp.some {
+		res.Status, res.Reason = report.Skip, "the driver reports no GPUs and none is on the PCI bus or expected"
+		return res
 	}
 
+	unreachable(&res, st.Unreachable)
 	switch n := len(st.GPUs); {
 	case want > 0 && n < want:
 		res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
 			Code: CodeGPUCountLow, Action: report.ActionReseat,
-			Message: fmt.Sprintf("the driver shows %d GPU(s), expected %d", n, want)})
+			Message: fmt.Sprintf("the driver shows %d GPU(s), expected %s", n, exp)})
 	case want > 0 && n > want:
 		res.Add(report.Finding{Severity: report.SevWarn, Component: checks.NodeComponent,
 			Code: CodeGPUCountHigh, Action: report.ActionNone,
-			Message: fmt.Sprintf("the driver shows %d GPU(s), expected %d: is expect.gpu_count right for this node?", n, want)})
+			Message: fmt.Sprintf("the driver shows %d GPU(s), expected %s: is the expectation right for this node?", n, exp)})
+	case n == 0 && exp.some && len(st.Unreachable) == 0:
+		res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
+			Code: CodeGPUCountLow, Action: report.ActionReseat,
+			Message: fmt.Sprintf("the driver shows no GPU, expected %s", exp)})
 	}
 
-	missingFromDriver(&res, st.GPUs, onBus)
+	missingFromDriver(&res, st, onBus)
 	models(&res, st.GPUs, cfg.Expect.GPUModel)
 
 	if len(st.Errors) > 0 {
@@ -112,14 +146,36 @@ func (Inventory) Run(in checks.Input) checks.Result {
 	return res
 }
 
+// unreachable fails each GPU nvidia-smi could not talk to.
+func unreachable(res *checks.Result, lost []snapshot.UnreachableGPU) {
+	for _, u := range lost {
+		comp := checks.NodeComponent
+		if u.Index >= 0 {
+			comp = checks.GPUComponent(u.Index)
+		}
+		why := u.Error
+		if why == "" {
+			why = "no answer"
+		}
+		res.Add(report.Finding{Severity: report.SevFail, Component: comp, PCIBusID: u.PCIBusID,
+			Code: CodeGPUUnreachable, Action: report.ActionReboot,
+			Message: fmt.Sprintf("nvidia-smi cannot talk to GPU %s (%s): reboot the node; reseat or replace the GPU if it stays unreachable", u.PCIBusID, why)})
+	}
+}
+
 // missingFromDriver reports NVIDIA GPUs on the PCI bus that the driver does
 // not list. When the driver gives no bus id for some GPU the lists cannot be
 // matched one to one, so only the counts are compared.
-func missingFromDriver(res *checks.Result, gpus []snapshot.GPU, onBus []string) {
+func missingFromDriver(res *checks.Result, st *snapshot.GPUState, onBus []string) {
 	if len(onBus) == 0 {
 		return
 	}
-	known := make(map[string]bool, len(gpus))
+	gpus := st.GPUs
+	known := make(map[string]bool, len(gpus)+len(st.Unreachable))
+	// An unreachable GPU has its own finding.
+	for _, u := range st.Unreachable {
+		known[snapshot.NormalizeBusID(u.PCIBusID)] = true
+	}
 	matchable := true
 	for _, g := range gpus {
 		if g.PCIBusID == "" {
@@ -128,7 +184,7 @@ func missingFromDriver(res *checks.Result, gpus []snapshot.GPU, onBus []string) 
 		known[snapshot.NormalizeBusID(g.PCIBusID)] = true
 	}
 	if !matchable {
-		if len(onBus) > len(gpus) {
+		if len(onBus) > len(gpus)+len(st.Unreachable) {
 			res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
 				Code: CodeGPUMissingFromDriver, Action: report.ActionReseat,
 				Message: fmt.Sprintf("the PCI bus holds %d NVIDIA GPU(s), the driver shows %d", len(onBus), len(gpus))})

@@ -19,6 +19,8 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add(doc(`<remapped_rows>N/A</remapped_rows><ecc_errors><volatile><single_bit><total>1</total></single_bit></volatile></ecc_errors>`))
 	f.Add([]byte(`<nvidia_smi_log><gpu id="0000:01:00"><![CDATA[x]]><!-- c --><a b='&#x41;'/></gpu></nvidia_smi_log>`))
+	f.Add([]byte("Unable to determine the device handle for GPU0000:9B:00.0: Unknown Error\n"))
+	f.Add([]byte("Unable to determine the device handle for GPU: : \nUnable to detect the device handle for GPU 0:0:0: x\n<nvidia_smi_log/>"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		st, err := Parse(data)
 		if err != nil {

@@ -21,7 +21,27 @@ import (
 
 // Parse reads one `nvidia-smi -q -x` document. GPUs keep the file's order,
 // which is nvidia-smi's (PCI bus) order, and take their index from it.
+//
+// A GPU nvidia-smi cannot talk to is not an element but a line of text,
+// before or instead of the document ("Unable to determine the device
+// handle for GPU0000:9B:00.0: Unknown Error"); a <gpu> element whose
+// identity reads "Unknown Error" is the same GPU seen another way. Both
+// become GPUState.Unreachable entries, and a capture holding nothing else
+// is still a valid (empty) GPU state.
 func Parse(data []byte) (*snapshot.GPUState, error) {
+	data, lost := splitHandleErrors(data)
+	if len(lost) > 0 && len(bytes.TrimSpace(data)) == 0 {
+		return &snapshot.GPUState{Unreachable: lost}, nil
+	}
+	st, err := parseDocument(data)
+	if err != nil {
+		return nil, err
+	}
+	st.Unreachable = append(lost, st.Unreachable...)
+	return st, nil
+}
+
+func parseDocument(data []byte) (*snapshot.GPUState, error) {
 	d, err := parseTree(string(data))
 	if err == nil && d.nodes[0].name != "nvidia_smi_log" {
 		err = fmt.Errorf("%w: root element is <%s>, not <nvidia_smi_log>", errSyntax, d.nodes[0].name)
@@ -42,12 +62,93 @@ func Parse(data []byte) (*snapshot.GPUState, error) {
 	if n, ok := parseUint(d.get(root, "attached_gpus")); ok && n <= 1<<16 {
 		st.AttachedGPUs = int(n)
 	}
+	pos := 0
 	for c := d.nodes[root].first; c != none; c = d.nodes[c].next {
-		if d.nodes[c].name == "gpu" {
-			st.GPUs = append(st.GPUs, convertGPU(d, c, len(st.GPUs)))
+		if d.nodes[c].name != "gpu" {
+			continue
 		}
+		if why, lost := unknownIdentity(d, c); lost {
+			st.Unreachable = append(st.Unreachable, snapshot.UnreachableGPU{
+				PCIBusID: snapshot.NormalizeBusID(firstText(d.get(c, "pci/pci_bus_id"), d.nodes[c].id)), Index: pos, Error: why})
+		} else {
+			st.GPUs = append(st.GPUs, convertGPU(d, c, pos))
+		}
+		pos++
 	}
 	return st, nil
+}
+
+// unknownIdentity reports a <gpu> element nvidia-smi printed without being
+// able to query the GPU: its name and UUID both read "Unknown Error" (or
+// another error word), not a value.
+func unknownIdentity(d *document, n int32) (string, bool) {
+	name := strings.Trim(strings.TrimSpace(d.get(n, "product_name")), "[]")
+	uuid := strings.Trim(strings.TrimSpace(d.get(n, "uuid")), "[]")
+	if name == uuid && (name == "Unknown Error" || name == "GPU is lost") {
+		return name, true
+	}
+	return "", false
+}
+
+// handleErrorPrefixes are how nvidia-smi says it cannot talk to one GPU;
+// the bus id follows, with or without a space ("GPU0000:9B:00.0",
+// "GPU 0000:0B:00.0"), then ": " and the NVML error.
+var handleErrorPrefixes = []string{
+	"Unable to determine the device handle for GPU",
+	"Unable to detect the device handle for GPU",
+}
+
+// splitHandleErrors takes nvidia-smi's per-GPU handle errors out of data.
+func splitHandleErrors(data []byte) ([]byte, []snapshot.UnreachableGPU) {
+	if !bytes.Contains(data, []byte("device handle for GPU")) {
+		return data, nil
+	}
+	var lost []snapshot.UnreachableGPU
+	var rest []byte
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i+1], data[i+1:]
+		} else {
+			data = nil
+		}
+		if g, ok := handleError(string(bytes.TrimSpace(line))); ok {
+			lost = append(lost, g)
+			continue
+		}
+		rest = append(rest, line...)
+	}
+	return rest, lost
+}
+
+func handleError(line string) (snapshot.UnreachableGPU, bool) {
+	for _, p := range handleErrorPrefixes {
+		tail, ok := strings.CutPrefix(line, p)
+		if !ok {
+			continue
+		}
+		tail = strings.TrimSpace(tail)
+		// The bus id holds colons but no ": ": the error follows the first.
+		bus, why, ok := strings.Cut(tail, ": ")
+		if !ok || !looksLikeBusID(bus) {
+			return snapshot.UnreachableGPU{}, false
+		}
+		return snapshot.UnreachableGPU{PCIBusID: snapshot.NormalizeBusID(bus), Index: -1, Error: strings.TrimSpace(why)}, true
+	}
+	return snapshot.UnreachableGPU{}, false
+}
+
+// looksLikeBusID accepts "0000:9B:00.0" and "00000000:9B:00.0".
+func looksLikeBusID(s string) bool {
+	if len(s) < 7 || len(s) > 16 || strings.Count(s, ":") != 2 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' || c == ':' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func convertGPU(d *document, n int32, index int) snapshot.GPU {

@@ -466,3 +466,60 @@ trailing text`
 func eq(p *uint64, v uint64) bool    { return p != nil && *p == v }
 func feq(p *float64, v float64) bool { return p != nil && *p == v }
 func bv(p *bool, v bool) bool        { return p != nil && *p == v }
+
+// TestUnreachableGPU: nvidia-smi names a GPU it cannot talk to in a line of
+// text ("Unable to determine the device handle for GPU0000:9B:00.0: Unknown
+// Error", as printed in NVIDIA/open-gpu-kernel-modules#387 and
+// NVIDIA/nvidia-docker#1553), before the document of the GPUs it can read or
+// instead of it. The inputs are the real H100 capture with GPU 9B's element
+// taken out (or its identity turned into "Unknown Error") and that line added.
+func TestUnreachableGPU(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("testdata", "h100x8_v12.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := string(data)
+	start := strings.Index(full, `<gpu id="00000000:9B:00.0">`)
+	end := start + strings.Index(full[start:], "</gpu>") + len("</gpu>\n")
+	without9B := full[:start] + full[end:]
+	elem := full[start:end]
+	unknown9B := full[:start] +
+		strings.NewReplacer("<product_name>NVIDIA H100 80GB HBM3</product_name>", "<product_name>Unknown Error</product_name>",
+			"<uuid>GPU-2b6f61f9-8b00-3b57-d912-b62792120662</uuid>", "<uuid>Unknown Error</uuid>").Replace(elem) +
+		full[end:]
+	line := "Unable to determine the device handle for GPU0000:9B:00.0: Unknown Error\n"
+
+	cases := []struct {
+		name     string
+		in       string
+		gpus     int
+		index    int
+		nextIdx0 string // bus id of GPUs[4]
+	}{
+		{"line before the document", line + without9B, 7, -1, "0000:bb:00.0"},
+		{"line after the document", without9B + line, 7, -1, "0000:bb:00.0"},
+		{"old spelling with a space", strings.Replace(line, "GPU0000", "GPU 0000", 1) + without9B, 7, -1, "0000:bb:00.0"},
+		{"only the line", line, 0, -1, ""},
+		{"identity reads Unknown Error", unknown9B, 7, 4, "0000:bb:00.0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st, err := Parse([]byte(tc.in))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			want := []snapshot.UnreachableGPU{{PCIBusID: "0000:9b:00.0", Index: tc.index, Error: "Unknown Error"}}
+			if !reflect.DeepEqual(st.Unreachable, want) {
+				t.Errorf("Unreachable = %+v, want %+v", st.Unreachable, want)
+			}
+			if len(st.GPUs) != tc.gpus {
+				t.Fatalf("%d GPUs, want %d", len(st.GPUs), tc.gpus)
+			}
+			if tc.gpus > 4 && st.GPUs[4].PCIBusID != tc.nextIdx0 {
+				t.Errorf("GPUs[4] is %s, want %s", st.GPUs[4].PCIBusID, tc.nextIdx0)
+			}
+		})
+	}
+}
