@@ -245,6 +245,11 @@ func (e *Engine) Run(ctx context.Context, id string) (*Report, error) {
 	if rec.Phase != "" {
 		log.Info().Str("phase", string(rec.Phase)).Int("wave", rec.Wave).Int("tests", len(tests)).Msg("sweep resumed")
 	}
+	if rec.Phase == "" && len(rec.Unreachable) > 0 {
+		if err := e.awaitUnreachable(ctx, &rec, prog, log); err != nil {
+			return nil, err
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -278,6 +283,89 @@ func (e *Engine) Run(ctx context.Context, id string) (*Report, error) {
 		rec.Phase, rec.Wave = phase, wave
 		tests = append(tests, next...)
 		log.Info().Str("phase", string(phase)).Int("round", phase.Round()).Int("wave", wave).Int("tests", len(next)).Msg("wave planned")
+	}
+}
+
+// reconnectPoll is how often a sweep waiting for agents asks again.
+const reconnectPoll = 5 * time.Second
+
+// awaitUnreachable waits, before the first round, for selected nodes whose
+// agent was not connected when the sweep started (agents reconnect with
+// backoff after a coordinator restart), until the spec's connect grace
+// after the start. A node that comes back joins the sweep (under the
+// activity rule; into Deferred when the budget already deferred nodes);
+// the others stay unreachable, which is never a pass.
+func (e *Engine) awaitUnreachable(ctx context.Context, rec *Record, prog *Progress, log zerolog.Logger) error {
+	grace := rec.Spec.connectGrace()
+	deadline := rec.Started.Add(grace)
+	for {
+		list, err := e.cfg.Fleet.Nodes(ctx, "name in ("+strings.Join(rec.Unreachable, ",")+")")
+		if err != nil {
+			list = nil // asked again at the next poll
+		}
+		back := map[string]campaign.Node{}
+		for _, n := range list {
+			if n.Connected && slices.Contains(rec.Unreachable, n.Name) {
+				back[n.Name] = n
+			}
+		}
+		if len(back) > 0 {
+			var still []string
+			for _, name := range rec.Unreachable {
+				n, ok := back[name]
+				switch {
+				case !ok:
+					still = append(still, name)
+				case n.Activity != "idle" && n.Activity != "drained":
+					rec.Skipped = append(rec.Skipped, Skip{Node: name, Reason: fmt.Sprintf("reconnected %s: disruptive tests run only on idle or drained nodes", orUnknown(n.Activity))})
+				case len(rec.Deferred) > 0:
+					rec.Deferred = append(rec.Deferred, name)
+				default:
+					rec.Nodes = append(rec.Nodes, nodeInfo(n))
+				}
+			}
+			rec.Unreachable = still
+			sort.Slice(rec.Nodes, func(i, j int) bool { return rec.Nodes[i].Name < rec.Nodes[j].Name })
+			rec.indexNodes()
+			if err := e.cfg.Store.SaveSelection(ctx, *rec); err != nil {
+				return fmt.Errorf("run sweep %s: %w", rec.ID, err)
+			}
+			log.Info().Int("back", len(back)).Int("unreachable", len(still)).Msg("agents reconnected: joining the sweep")
+		}
+		now := e.clock.Now()
+		if len(rec.Unreachable) == 0 || !now.Before(deadline) {
+			return nil
+		}
+		e.mu.Lock()
+		prog.ID, prog.State, prog.Nodes = rec.ID, StateRunning, len(rec.Nodes)
+		prog.Waiting = fmt.Sprintf("waiting up to %v after the start for %d agents to reconnect: %s", grace, len(rec.Unreachable), strings.Join(rec.Unreachable, ", "))
+		e.mu.Unlock()
+		if err := e.sleep(ctx, min(reconnectPoll, deadline.Sub(now))); err != nil {
+			return err
+		}
+	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "with activity unknown"
+	}
+	return "busy"
+}
+
+// sleep waits d on the engine's clock: on a virtual clock with Sleep the
+// caller counts as blocked, so simulated time moves on.
+func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
+	if s, ok := e.clock.(interface {
+		Sleep(ctx context.Context, d time.Duration) error
+	}); ok {
+		return s.Sleep(ctx, d)
+	}
+	select {
+	case <-e.clock.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -124,6 +124,9 @@ type Progress struct {
 	Pairs      int    `json:"pairs_done"` // every multi-node test, rounds 2 and 3
 	PairsAll   int    `json:"pairs_total"`
 	Nodes      int    `json:"nodes"`
+	// Waiting says why the sweep has not begun its first round (agents
+	// not connected yet, within the connect grace).
+	Waiting string `json:"waiting,omitempty"`
 }
 
 func evidenceOf(t *TestRecord) Evidence {
@@ -201,7 +204,7 @@ func buildVerdicts(rec *Record, a *analysis) ([]Verdict, []string, []Skip) {
 	var skipped []Skip
 	for _, n := range rec.Unreachable {
 		verdicts = append(verdicts, Verdict{Subject: n, SubjectKind: SubjectNode, Verdict: Unreachable,
-			Threshold: thr, Nodes: []string{n}, Reason: "agent not connected when the sweep started", Evidence: []Evidence{}})
+			Threshold: thr, Nodes: []string{n}, Reason: fmt.Sprintf("agent not connected: waited %v after the sweep started; not tested", rec.Spec.connectGrace()), Evidence: []Evidence{}})
 	}
 	for _, n := range a.order {
 		if t := a.lost[n]; t != nil {

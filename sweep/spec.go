@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/config"
 )
 
@@ -52,6 +53,10 @@ type Spec struct {
 	Seed uint64 `json:"seed,omitempty"`
 	// Note is free text kept with the sweep (who, why).
 	Note string `json:"note,omitempty"`
+	// ConnectGrace is how long the sweep waits, before its first round,
+	// for selected nodes whose agent is not connected (default 2m, from 5s
+	// to 24h); those still away are reported unreachable, never passed.
+	ConnectGrace config.Duration `json:"connect_grace,omitempty"`
 }
 
 // RepeatPolicy decides repeats.
@@ -139,7 +144,21 @@ func (s Spec) Validate() error {
 	case s.TestTimeout < 0:
 		return bad("test timeout %v < 0", s.TestTimeout)
 	}
+	if s.ConnectGrace != 0 {
+		g := time.Duration(s.ConnectGrace)
+		if err := campaign.CheckConnectGrace(&g); err != nil {
+			return bad("connect_grace %v", err)
+		}
+	}
 	return nil
+}
+
+// connectGrace is the spec's grace, or the default.
+func (s Spec) connectGrace() time.Duration {
+	if s.ConnectGrace <= 0 {
+		return campaign.DefaultConnectGrace
+	}
+	return time.Duration(s.ConnectGrace)
 }
 
 func (s Spec) maxRepeats() int {

@@ -198,6 +198,24 @@ func (s *SQLiteStore) Sweeps(ctx context.Context) ([]Record, error) {
 	return out, nil
 }
 
+// SaveSelection implements Store.
+func (s *SQLiteStore) SaveSelection(ctx context.Context, r Record) error {
+	body := r
+	body.Report = nil
+	data, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("save selection of sweep %s: %w", r.ID, err)
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE sweep_runs SET record = ? WHERE id = ?`, string(data), r.ID)
+	if err != nil {
+		return fmt.Errorf("save selection of sweep %s: %w", r.ID, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		return fmt.Errorf("sweep %s: %w", r.ID, ErrNotFound)
+	}
+	return nil
+}
+
 // SavePlan implements Store.
 func (s *SQLiteStore) SavePlan(ctx context.Context, id string, phase Phase, wave int, tests []TestRecord) error {
 	return s.inTx(ctx, func(tx *sql.Tx) error {

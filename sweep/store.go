@@ -190,6 +190,9 @@ type Store interface {
 	Sweep(ctx context.Context, id string) (Record, error)
 	// Sweeps lists sweeps, newest first, without their reports.
 	Sweeps(ctx context.Context) ([]Record, error)
+	// SaveSelection rewrites the sweep's node selection (nodes tested,
+	// unreachable, skipped, deferred) before its first round.
+	SaveSelection(ctx context.Context, r Record) error
 	// SavePlan records that the sweep moved to phase/wave and the tests
 	// planned for it, in one transaction.
 	SavePlan(ctx context.Context, id string, phase Phase, wave int, tests []TestRecord) error
@@ -267,6 +270,20 @@ func (m *MemStore) Sweeps(context.Context) ([]Record, error) {
 		return out[i].ID > out[j].ID
 	})
 	return out, nil
+}
+
+// SaveSelection implements Store.
+func (m *MemStore) SaveSelection(_ context.Context, r Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old, ok := m.sweeps[r.ID]
+	if !ok {
+		return fmt.Errorf("sweep %s: %w", r.ID, ErrNotFound)
+	}
+	old.Nodes, old.Unreachable = slices.Clone(r.Nodes), slices.Clone(r.Unreachable)
+	old.Skipped, old.Deferred = slices.Clone(r.Skipped), slices.Clone(r.Deferred)
+	m.sweeps[r.ID] = old
+	return nil
 }
 
 // SavePlan implements Store.
