@@ -82,8 +82,9 @@ func chainVouchesFor(cas []*x509.Certificate, id Identity) error {
 			if len(domains) > 0 {
 				names = "trust domain " + strings.Join(domains, ", ")
 			}
-			return fmt.Errorf("%w: %s is vouched for by CA %q (%s), not a CA of trust domain %s",
-				ErrCAOfOtherDomain, id, ca.Subject.String(), names, id.TrustDomain)
+			// The sentinel is matched, not shown: the sentence says it.
+			return fmt.Errorf("%s is vouched for by CA %q (%s), not a CA of trust domain %s%.0w",
+				id, ca.Subject.String(), names, id.TrustDomain, ErrCAOfOtherDomain)
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -118,9 +119,16 @@ func (f *opFlags) client() (pb.OperatorServiceClient, func(), error) {
 	return pb.NewOperatorServiceClient(cc), func() { cc.Close() }, nil
 }
 
-// rpcError says what went wrong in one line, without gRPC's wrapping.
+// rpcError says what went wrong in one line, without gRPC's wrapping. A
+// connection that failed is looked at again (diagnose): a refused
+// certificate or plaintext against TLS is named as such.
 func (f *opFlags) rpcError(err error) error {
 	if st, ok := status.FromError(err); ok {
+		if st.Code() == codes.Unavailable {
+			if why := f.diagnose(context.Background()); why != "" {
+				return fmt.Errorf("coordinator %s: %s", f.addr, why)
+			}
+		}
 		return fmt.Errorf("coordinator %s: %s: %s", f.addr, codeWords(st.Code().String()), st.Message())
 	}
 	return fmt.Errorf("coordinator %s: %w", f.addr, err)

@@ -2,11 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
+	"math/big"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +28,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/coordinator"
 	"github.com/fleetcheck/fleetcheck/host/bundle"
 	"github.com/fleetcheck/fleetcheck/metrics"
+	"github.com/fleetcheck/fleetcheck/pki"
 	"github.com/fleetcheck/fleetcheck/store"
 )
 
@@ -80,6 +89,44 @@ func runAgent(t *testing.T, node, coord string, id issued, reg prometheus.Regist
 	return stop
 }
 
+// issueWith issues req from ca into its own directory, for certificates
+// `fleetcheck certs` will not make (expired, not yet valid).
+func issueWith(t *testing.T, ca *pki.CA, req pki.Request) issued {
+	t.Helper()
+	leaf, err := ca.Issue(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cert, key, err := pki.WriteLeaf(out, leaf, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, err := pki.WriteCACert(out, ca.Cert, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return issued{cert: cert, key: key, ca: caFile}
+}
+
+// lockedBuf is a log sink written from many goroutines.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.WriteString(string(p))
+}
+
+func (l *lockedBuf) has(part string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.b.String(), part)
+}
+
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -133,6 +180,26 @@ func TestSecureFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// ca_file also holds two CAs of the parent domain "test": one from
+	// today's `certs init`, one as fleetcheck made them before subdomains
+	// were excluded. Neither may vouch for anyone in fleet.test.
+	parentDir := filepath.Join(t.TempDir(), "parent-ca")
+	if msg, code := execute(t, "certs", "init", "--dir", parentDir, "--trust-domain", "test"); code != 0 {
+		t.Fatal(msg)
+	}
+	parentNew, err := pki.LoadCA(parentDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parentOld := oldStyleCA(t, "test")
+	bundle, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle = append(append(bundle, pki.EncodeCert(parentNew.Cert)...), pki.EncodeCert(parentOld.Cert)...)
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), bundle, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfgFile := filepath.Join(dir, "coordinator.yaml")
 	if err := os.WriteFile(cfgFile, []byte(`listen: 127.0.0.1:0
 http_listen: 127.0.0.1:0
@@ -151,7 +218,8 @@ tls:
 		t.Fatal(err)
 	}
 	cfg.DataDir = filepath.Join(dir, "data")
-	srv, certs, err := newCoordinator(cfg, zerolog.Nop())
+	var logs lockedBuf
+	srv, certs, err := newCoordinator(cfg, zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,23 +283,71 @@ tls:
 	t.Setenv(envKey, "")
 	t.Setenv(envCA, "")
 
+	// What a hostile or misconfigured client gets (docs/security.md).
+	ours, err := pki.LoadCA(caDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := issueWith(t, ours, pki.Request{Kind: pki.KindAdmin, Name: "old", NotBefore: time.Now().Add(-48 * time.Hour), Validity: time.Hour})
+	future := issueWith(t, ours, pki.Request{Kind: pki.KindAdmin, Name: "early", NotBefore: time.Now().Add(48 * time.Hour)})
+	strangerDir := filepath.Join(t.TempDir(), "ca")
+	if msg, code := execute(t, "certs", "init", "--dir", strangerDir, "--trust-domain", "fleet.test"); code != 0 {
+		t.Fatal(msg)
+	}
+	stranger := issue(t, strangerDir, "admin", "mallory")
+	with := func(id issued, extra ...string) []string {
+		return append([]string{"--coordinator", addr, "--cert", id.cert, "--key", id.key, "--ca", id.ca}, extra...)
+	}
 	refusedCLI := []struct {
 		name string
 		args []string
 		want string
 	}{
-		{"node certificate", []string{"nodes", "--coordinator", addr, "--cert", nodeID.cert, "--key", nodeID.key, "--ca", nodeID.ca},
+		{"node certificate", append([]string{"nodes"}, with(nodeID)...),
 			"permission denied: node:gpu-001 may not call /fleetcheck.v1.OperatorService/ListNodes"},
 		{"no certificate", []string{"nodes", "--coordinator", addr}, "no operator certificate"},
-		{"plaintext to a TLS coordinator", []string{"nodes", "--coordinator", addr, "--insecure"}, "coordinator " + addr},
+		{"plaintext to a TLS coordinator", []string{"nodes", "--coordinator", addr, "--insecure"},
+			"coordinator " + addr + ": the coordinator expects TLS; drop --insecure"},
 		{"both", []string{"nodes", "--coordinator", addr, "--insecure", "--cert", admin.cert}, "choose one"},
 		{"coordinator of another trust domain", append([]string{"nodes"}, append(op[:len(op)-1:len(op)-1], "other.test")...), "is not a coordinator of trust domain other.test"},
+		{"expired certificate", append([]string{"nodes"}, with(expired)...), "coordinator refused our certificate: expired (not after "},
+		{"certificate not yet valid", append([]string{"events"}, with(future)...), "coordinator refused our certificate: not yet valid (not before "},
+		{"certificate of another CA", append([]string{"nodes"}, with(issued{stranger.cert, stranger.key, admin.ca})...),
+			"coordinator refused our certificate: not signed by a CA in its ca_file"},
+		{"--ca of another CA", append([]string{"nodes"}, with(issued{admin.cert, admin.key, stranger.ca})...),
+			"the coordinator's certificate is not signed by --ca (" + stranger.ca + ")"},
+	}
+	// The parent domain's CAs signing fleet.test identities (issue 16).
+	for _, parent := range []*pki.CA{parentOld, parentNew} {
+		mallory := issueWith(t, &pki.CA{Cert: parent.Cert, Key: parent.Key, TrustDomain: "fleet.test"},
+			pki.Request{Kind: pki.KindAdmin, Name: "mallory"})
+		mallory.ca = admin.ca
+		want := "unauthenticated: spiffe://fleet.test/admin/mallory is vouched for by CA"
+		if parent == parentNew {
+			want = "coordinator refused our certificate" // its name constraints already exclude fleet.test
+		}
+		for _, verb := range []string{"nodes", "events"} {
+			refusedCLI = append(refusedCLI, struct {
+				name string
+				args []string
+				want string
+			}{"parent domain's CA, " + verb + ", " + parent.Cert.Subject.CommonName, append([]string{verb}, with(mallory)...), want})
+		}
 	}
 	for _, tc := range refusedCLI {
 		out, code := execute(t, tc.args...)
 		if code != 2 || !strings.Contains(out, tc.want) {
 			t.Errorf("%s: exit %d, %q; want 2 and %q", tc.name, code, out, tc.want)
 		}
+	}
+	body := httpGet(t, "http://"+srv.HTTPAddr().String()+"/metrics")
+	for _, reason := range []string{"plaintext", "expired", "not_yet_valid", "unknown_ca", "peer_refused"} {
+		if !regexp.MustCompile(`fleetcheck_tls_handshake_failures_total\{reason="` + reason + `"\} [1-9]`).MatchString(body) {
+			t.Errorf("coordinator /metrics does not count TLS refusals for %s", reason)
+		}
+	}
+	if !logs.has("tls handshake refused: certificate expired") {
+		t.Error("the coordinator did not log the expired certificate")
 	}
 
 	// An operator's request runs on the real agent and lands in the audit
@@ -260,7 +376,7 @@ tls:
 	}
 
 	// Both sides' /metrics.
-	body := httpGet(t, "http://"+srv.HTTPAddr().String()+"/metrics")
+	body = httpGet(t, "http://"+srv.HTTPAddr().String()+"/metrics")
 	for _, want := range []string{`fleetcheck_nodes{state="healthy"} 1`, "fleetcheck_agents_connected 1", "process_resident_memory_bytes"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("coordinator /metrics lacks %q", want)
@@ -299,4 +415,32 @@ func TestCoordinatorRefusesPlaintextWithoutInsecure(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "choose one") {
 		t.Fatalf("--insecure with tls: exit %d: %s", code, out)
 	}
+}
+
+// oldStyleCA is a CA for domain as fleetcheck made them before subdomains
+// were excluded (a permitted URI domain only, which x509 reads as the
+// domain and all below it).
+func oldStyleCA(t *testing.T, domain string) *pki.CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "fleetcheck CA " + domain + " (old)"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true,
+		KeyUsage:            x509.KeyUsageCertSign,
+		URIs:                []*url.URL{{Scheme: "spiffe", Host: domain}},
+		PermittedURIDomains: []string{domain},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pki.CA{Cert: cert, Key: key, TrustDomain: domain}
 }
