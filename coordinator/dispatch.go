@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"strings"
 	"time"
 
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -16,6 +17,9 @@ import (
 
 // Outcome statuses beyond a result's own pass|warn|fail|error.
 const (
+	// OutcomeSkip: every check the node ran skipped (nothing to measure):
+	// not a pass.
+	OutcomeSkip        = string(report.Skip)
 	OutcomeRefused     = "refused"
 	OutcomeTimeout     = "timeout"
 	OutcomeUnreachable = "unreachable"
@@ -100,19 +104,57 @@ func (t *workTable) result(workID, node string, r *store.Result) {
 		return
 	}
 	w.keepResult(node, r)
-	w.finish(node, &pb.NodeOutcome{Node: node, Status: string(r.Status), Reason: resultReason(r), ResultId: r.ID})
+	w.finish(node, &pb.NodeOutcome{Node: node, Status: outcomeStatus(r), Reason: resultReason(r), ResultId: r.ID})
 }
 
-// resultReason names a result's checks that did not pass, worst first.
+// outcomeStatus is the result's status, except that a result whose checks
+// all skipped is "skip": the node measured nothing, which is not a pass.
+func outcomeStatus(r *store.Result) string {
+	if len(r.Checks) > 0 && skippedChecks(r.Checks) == len(r.Checks) {
+		return OutcomeSkip
+	}
+	return string(r.Status)
+}
+
+func skippedChecks(cs []report.CheckResult) int {
+	n := 0
+	for _, c := range cs {
+		if c.Status == report.Skip {
+			n++
+		}
+	}
+	return n
+}
+
+// resultReason names a result's checks that did not pass, worst first,
+// then the ones that skipped ("2 skipped: gpu.nvlink (no nvidia-smi-nvlink.txt), ...").
 func resultReason(r *store.Result) string {
 	var bad []store.CheckState
+	var skipped []string
 	for _, c := range r.Checks {
 		switch c.Status {
 		case report.Fail, report.Error, report.Warn:
 			bad = append(bad, store.CheckState{Name: c.Name, Status: c.Status, Detail: store.CheckDetail(c)})
+		case report.Skip:
+			s := c.Name
+			if c.Reason != "" {
+				s += " (" + c.Reason + ")"
+			}
+			skipped = append(skipped, s)
 		}
 	}
-	return describe(bad)
+	out := describe(bad)
+	if len(skipped) > 0 {
+		if len(skipped) > 3 {
+			skipped = append(skipped[:3], fmt.Sprintf("and %d more", len(skipped)-3))
+		}
+		part := fmt.Sprintf("%d skipped: %s", skippedChecks(r.Checks), strings.Join(skipped, ", "))
+		if out != "" {
+			out += "; "
+		}
+		out += part
+	}
+	return out
 }
 
 // recordDispatch records, in the work and in the store, that w goes to

@@ -37,12 +37,15 @@ func campaignOwned(state string) bool { return state == StateDraining || state =
 // initializing (never healthy); after it, warn or error is degraded.
 func deriveState(checks map[string]store.CheckState, hasFull bool) (string, string) {
 	var fails, degr []store.CheckState
+	skipped := 0
 	for _, c := range checks {
 		switch c.Status {
 		case report.Fail:
 			fails = append(fails, c)
 		case report.Error, report.Warn:
 			degr = append(degr, c)
+		case report.Skip:
+			skipped++
 		}
 	}
 	switch {
@@ -52,6 +55,10 @@ func deriveState(checks map[string]store.CheckState, hasFull bool) (string, stri
 		return StateInitializing, "waiting for the first full result"
 	case len(degr) > 0:
 		return StateDegraded, describe(degr)
+	}
+	if skipped > 0 {
+		// Skipped checks measured nothing: say so rather than "all pass".
+		return StateHealthy, fmt.Sprintf("pass (%d skipped)", skipped)
 	}
 	return StateHealthy, "all checks pass"
 }

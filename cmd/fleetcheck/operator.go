@@ -392,8 +392,12 @@ func newCheckCmd() *cobra.Command {
 		Long: `Ask every node the selector picks ('' for all) to run the named checks now, show
 progress while waiting, then a table of per-node outcomes.
 
+A node whose checks all skipped (nothing there to measure) shows skip; the
+REASON column lists skipped checks with why, after any that did not pass.
+
 Exit status: 0 when every node passed (or only warned), 1 when any node failed,
-errored, refused, timed out or was unreachable, 2 when the command could not run.`,
+errored, skipped everything, refused, timed out or was unreachable, 2 when the
+command could not run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(checks) == 0 {
