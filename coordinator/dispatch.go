@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sort"
-	"sync"
 	"strings"
+	"sync"
 	"time"
 
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
