@@ -102,7 +102,13 @@ func connect(t testing.TB, s *Server, node string, opts ...agentOpt) (*fakeAgent
 // connectCreds is connect over the given transport credentials.
 func connectCreds(t testing.TB, s *Server, creds credentials.TransportCredentials, node string, opts ...agentOpt) (*fakeAgent, error) {
 	t.Helper()
-	cc, err := grpc.NewClient(s.GRPCAddr().String(), grpc.WithTransportCredentials(creds))
+	return connectAddr(t, s.GRPCAddr().String(), creds, node, opts...)
+}
+
+// connectAddr is connect to the coordinator at addr (one in another process).
+func connectAddr(t testing.TB, addr string, creds credentials.TransportCredentials, node string, opts ...agentOpt) (*fakeAgent, error) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,6 +110,9 @@ type Server struct {
 	httpLis   net.Listener
 	startedAt time.Time
 	bgCancel  context.CancelFunc
+	// live is the pause watcher's; graceDone the sweeper's.
+	live      *liveness
+	graceDone bool
 	bg        sync.WaitGroup
 	serving   sync.WaitGroup
 
@@ -284,10 +287,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 
 	s.startedAt = s.now()
+	s.live = newLiveness(s.cfg.HeartbeatInterval, s.startedAt)
 	bgctx, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
-	s.bg.Add(2)
+	s.bg.Add(3)
 	go s.sweeper(bgctx)
+	go s.watchPauses(bgctx)
 	go s.retention(bgctx)
 
 	s.ready.Store(true)
@@ -429,37 +434,42 @@ func (s *Server) closeLocked(ctx context.Context) error {
 // not come back unreachable.
 func (s *Server) sweeper(ctx context.Context) {
 	defer s.bg.Done()
-	iv := s.cfg.HeartbeatInterval
-	t := time.NewTicker(iv)
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer t.Stop()
-	graceDone := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		now := s.now()
-		seen := make(map[string]time.Time)
-		hb := &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_Heartbeat{Heartbeat: &pb.Heartbeat{UnixMs: now.UnixMilli()}}}
-		for _, sess := range s.reg.sessions() {
-			last := sess.lastRecv()
-			if silent := now.Sub(last); silent > 3*iv {
-				sess.end(&silenceError{silent: silent, interval: iv})
-				continue
-			}
-			sess.trySend(hb) // a full queue is busy anyway: the heartbeat can wait
-			if sess.touched.Swap(last.UnixNano()) != last.UnixNano() {
-				seen[sess.node] = last
-			}
+		s.sweep(ctx, s.now())
+	}
+}
+
+// sweep is one round of the sweeper at now.
+func (s *Server) sweep(ctx context.Context, now time.Time) {
+	iv := s.cfg.HeartbeatInterval
+	// The sweep is a wake-up too: it may come first after a pause.
+	s.noteWake(now)
+	seen := make(map[string]time.Time)
+	hb := &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_Heartbeat{Heartbeat: &pb.Heartbeat{UnixMs: now.UnixMilli()}}}
+	for _, sess := range s.reg.sessions() {
+		last := sess.lastRecv()
+		if silent := s.live.silence(last, now); silent > 3*iv {
+			sess.end(&silenceError{silent: silent, interval: iv})
+			continue
 		}
-		if err := s.store.TouchNodes(ctx, seen); err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("record last seen")
+		sess.trySend(hb) // a full queue is busy anyway: the heartbeat can wait
+		if sess.touched.Swap(last.UnixNano()) != last.UnixNano() {
+			seen[sess.node] = last
 		}
-		if !graceDone && now.Sub(s.startedAt) >= 3*iv {
-			graceDone = true
-			s.markAbsent(ctx, now)
-		}
+	}
+	if err := s.store.TouchNodes(ctx, seen); err != nil && ctx.Err() == nil {
+		s.log.Warn().Err(err).Msg("record last seen")
+	}
+	if !s.graceDone && now.Sub(s.startedAt) >= 3*iv {
+		s.graceDone = true
+		s.markAbsent(ctx, now)
 	}
 }
 
