@@ -24,7 +24,7 @@ test: ## run the test suite with the race detector (no GPU, network or root need
 test-short: ## tests without the race detector
 	$(GO) test -count=1 ./...
 
-bench: ## benchmarks: analyze of an 8-GPU bundle, each parser, ingest; campaigns once each on the virtual clock
+bench: ## benchmarks: analyze of an 8-GPU bundle and of the largest accepted kernel log (256 MiB), each parser, ingest; campaigns once each on the virtual clock
 	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/... ./sim/ ./store/ ./coordinator/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./sweep/ ./rollout/ ./burnin/ ./drill/
 
@@ -58,6 +58,10 @@ proto: $(GOBIN_DIR)/protoc-gen-go $(GOBIN_DIR)/protoc-gen-go-grpc ## regenerate 
 
 proto-check: proto ## fail when regeneration would change a committed file
 	git diff --exit-code -- proto/
+
+.PHONY: bench-bundle-limits
+bench-bundle-limits: ## peak RSS and wall time of analyze on bundles at and past the limits: normal, gzip bomb, 256 MiB dmesg, largest accepted (docs/scale.md)
+	./scripts/bench-bundle-limits.sh
 
 .PHONY: bench-fleet
 bench-fleet: ## fleet figures: coordinator process + 1,000 and 10,000 simulated agents (docs/scale.md; minutes)

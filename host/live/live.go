@@ -20,6 +20,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/host"
 	"github.com/fleetcheck/fleetcheck/host/runcmd"
+	"github.com/fleetcheck/fleetcheck/host/safefs"
 	"github.com/fleetcheck/fleetcheck/snapshot"
 )
 
@@ -46,8 +47,15 @@ func New(root string, tools config.Tools) (*Host, error) {
 	if root == "" {
 		root = "/"
 	}
-	return &Host{name: name, root: root, fsys: os.DirFS(root), tools: tools}, nil
+	return &Host{name: name, root: root, fsys: safefs.NewDirFS(root, MaxFileBytes), tools: tools}, nil
 }
+
+// MaxFileBytes bounds one read of a /proc or /sys file. Their values are
+// a few bytes to a few KiB; the bound keeps a binary attribute (a PCI
+// BAR's resource file is as large as the BAR) out of memory. Files are
+// opened only when they are regular files or directories (package safefs):
+// a pipe or a device node under the root never hangs a probe or collect.
+const MaxFileBytes = 4 << 20
 
 // SetGPUCount tells the host how many GPUs all_reduce_perf should use.
 func (h *Host) SetGPUCount(n int) { h.gpuCount = n }
