@@ -7,14 +7,19 @@
 #   largest      the largest accepted bundle: a 256 MiB dmesg.txt, seven
 #                32 MiB files, the 8-GPU node's files; directory and .tar.gz
 # Needs GNU time (/usr/bin/time -v), ~1.5 GB of space in TMPDIR.
+# FLEETCHECK=/path/to/binary measures that binary instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-echo "building fleetcheck..." >&2
-$GO build -o "$work/fleetcheck" ./cmd/fleetcheck
+if [ -n "${FLEETCHECK:-}" ]; then
+	cp "$FLEETCHECK" "$work/fleetcheck"
+else
+	echo "building fleetcheck..." >&2
+	$GO build -o "$work/fleetcheck" ./cmd/fleetcheck
+fi
 
 mib=$((1 << 20))
 xid='[ 2397166.923949] NVRM: Xid (PCI:0000:9b:00): 13, pid=40312, name=python3, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address'
