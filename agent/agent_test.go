@@ -247,7 +247,7 @@ func TestRestartDeliversSpoolAndKeepsState(t *testing.T) {
 	newEvents := func(r *fleetcheckv1.Result) float64 {
 		for _, ch := range r.GetChecks() {
 			if ch.GetName() == "gpu.xid" {
-				return ch.GetMetrics()["xid.new_events"]
+				return ch.GetMetrics()["xid.new_event_count"]
 			}
 		}
 		t.Fatalf("no gpu.xid in result %s", r.GetId())

@@ -82,6 +82,15 @@ func ResolveScopes(ctx context.Context, f Finder, metric string, stack Stack, sc
 		if err != nil {
 			return res, fmt.Errorf("resolve %s at %s: %w", metric, sc, err)
 		}
+		// A baseline stored before the metric was renamed still counts.
+		for _, old := range OldMetricNames(metric) {
+			if len(c) > 0 {
+				break
+			}
+			if c, err = f.Candidates(ctx, old, sc); err != nil {
+				return res, fmt.Errorf("resolve %s (was %s) at %s: %w", metric, old, sc, err)
+			}
+		}
 		cands = append(cands, c)
 	}
 	if len(res.Tried) == 0 {

@@ -370,7 +370,7 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 
 var (
 	reGPU    = regexp.MustCompile(`^gpu(\d+)\.(.+)$`)
-	reECC    = regexp.MustCompile(`^ecc\.(volatile|aggregate)_(correctable|uncorrectable)$`)
+	reECC    = regexp.MustCompile(`^ecc\.(volatile|aggregate)_(correctable|uncorrectable)_count$`)
 	reXid    = regexp.MustCompile(`^xid\.(\d+)\.count$`)
 	reIBPort = regexp.MustCompile(`^ib\.([^.]+)\.port(\d+)\.(.+)$`)
 	// Port counters of ib.counters that are hardware error counters;
@@ -447,17 +447,17 @@ func gpuMetric(out *series, gpu, rest string, v float64) {
 		return
 	}
 	switch rest {
-	case "remapped_rows.correctable":
+	case "remapped_rows.correctable_count":
 		out.add(descRemapped, prometheus.GaugeValue, v, gpu, "correctable")
-	case "remapped_rows.uncorrectable":
+	case "remapped_rows.uncorrectable_count":
 		out.add(descRemapped, prometheus.GaugeValue, v, gpu, "uncorrectable")
-	case "remapped_rows.pending":
+	case "remapped_rows.pending_flag":
 		out.add(descRemapPending, prometheus.GaugeValue, v, gpu)
-	case "remapped_rows.failure":
+	case "remapped_rows.failure_flag":
 		out.add(descRemapFailure, prometheus.GaugeValue, v, gpu)
-	case "retired_pages.single_bit":
+	case "retired_pages.single_bit_count":
 		out.add(descRetired, prometheus.GaugeValue, v, gpu, "single_bit")
-	case "retired_pages.double_bit":
+	case "retired_pages.double_bit_count":
 		out.add(descRetired, prometheus.GaugeValue, v, gpu, "double_bit")
 	case "temperature_c":
 		out.add(descTemp, prometheus.GaugeValue, v, gpu)
@@ -465,15 +465,15 @@ func gpuMetric(out *series, gpu, rest string, v float64) {
 		out.add(descMemTemp, prometheus.GaugeValue, v, gpu)
 	case "power_w":
 		out.add(descPower, prometheus.GaugeValue, v, gpu)
-	case "pcie.width":
+	case "pcie.width_lanes":
 		out.add(descPCIeWidth, prometheus.GaugeValue, v, gpu)
-	case "pcie.gen":
+	case "pcie.link_gen":
 		out.add(descPCIeGen, prometheus.GaugeValue, v, gpu)
-	case "pcie.replays":
+	case "pcie.replay_count":
 		out.add(descPCIeReplays, prometheus.CounterValue, v, gpu)
-	case "nvlink.active_links":
+	case "nvlink.active_link_count":
 		out.add(descNVLinks, prometheus.GaugeValue, v, gpu, "active")
-	case "nvlink.inactive_links":
+	case "nvlink.inactive_link_count":
 		out.add(descNVLinks, prometheus.GaugeValue, v, gpu, "inactive")
 	case "nvlink.crc_count":
 		out.add(descNVLinkErrors, prometheus.CounterValue, v, gpu, "crc")

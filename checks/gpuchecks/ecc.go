@@ -50,10 +50,10 @@ func eccGPU(res *checks.Result, g snapshot.GPU, maxRetired uint64) bool {
 	counts := func(set string, c snapshot.ECCCounts) {
 		if c.Uncorrectable != nil {
 			judged = true
-			res.Metric(metric(g, "ecc."+set+"_uncorrectable"), float64(*c.Uncorrectable))
+			res.Metric(metric(g, "ecc."+set+"_uncorrectable_count"), float64(*c.Uncorrectable))
 		}
 		if c.Correctable != nil {
-			res.Metric(metric(g, "ecc."+set+"_correctable"), float64(*c.Correctable))
+			res.Metric(metric(g, "ecc."+set+"_correctable_count"), float64(*c.Correctable))
 		}
 	}
 	counts("volatile", g.ECC.Volatile)
@@ -76,10 +76,10 @@ func eccGPU(res *checks.Result, g snapshot.GPU, maxRetired uint64) bool {
 
 	if rr := g.RemappedRows; rr != nil {
 		judged = true
-		res.Metric(metric(g, "remapped_rows.correctable"), float64(rr.Correctable))
-		res.Metric(metric(g, "remapped_rows.uncorrectable"), float64(rr.Uncorrectable))
-		res.Metric(metric(g, "remapped_rows.pending"), boolMetric(rr.Pending))
-		res.Metric(metric(g, "remapped_rows.failure"), boolMetric(rr.Failure))
+		res.Metric(metric(g, "remapped_rows.correctable_count"), float64(rr.Correctable))
+		res.Metric(metric(g, "remapped_rows.uncorrectable_count"), float64(rr.Uncorrectable))
+		res.Metric(metric(g, "remapped_rows.pending_flag"), boolMetric(rr.Pending))
+		res.Metric(metric(g, "remapped_rows.failure_flag"), boolMetric(rr.Failure))
 		if rr.Failure {
 			res.Add(finding(g, report.SevFail, CodeRowRemapFailure, report.ActionReplace,
 				"row remapping failed (%d rows remapped for uncorrectable, %d for correctable errors): no spare rows left",
@@ -97,11 +97,11 @@ func eccGPU(res *checks.Result, g snapshot.GPU, maxRetired uint64) bool {
 		var total uint64
 		if rp.SingleBit != nil {
 			total += *rp.SingleBit
-			res.Metric(metric(g, "retired_pages.single_bit"), float64(*rp.SingleBit))
+			res.Metric(metric(g, "retired_pages.single_bit_count"), float64(*rp.SingleBit))
 		}
 		if rp.DoubleBit != nil {
 			total += *rp.DoubleBit
-			res.Metric(metric(g, "retired_pages.double_bit"), float64(*rp.DoubleBit))
+			res.Metric(metric(g, "retired_pages.double_bit_count"), float64(*rp.DoubleBit))
 		}
 		if total > maxRetired {
 			res.Add(finding(g, report.SevFail, CodeRetiredPagesLimit, report.ActionReplace,

@@ -27,27 +27,27 @@ func TestECC(t *testing.T) {
 
 	runTable(t, ECC{}, []tcase{
 		{name: "clean", snap: eight(-1), want: report.Pass, metrics: map[string]float64{
-			"gpu3.ecc.volatile_uncorrectable": 0, "gpu3.ecc.aggregate_uncorrectable": 0,
-			"gpu3.ecc.aggregate_correctable": 0, "gpu3.remapped_rows.uncorrectable": 0, "gpu3.remapped_rows.pending": 0}},
+			"gpu3.ecc.volatile_uncorrectable_count": 0, "gpu3.ecc.aggregate_uncorrectable_count": 0,
+			"gpu3.ecc.aggregate_correctable_count": 0, "gpu3.remapped_rows.uncorrectable_count": 0, "gpu3.remapped_rows.pending_flag": 0}},
 		{name: "correctable errors are metrics only", snap: eight(1, func(g *snapshot.GPU) {
 			g.ECC.Volatile.Correctable, g.ECC.Aggregate.Correctable = u64(12), u64(4000)
-		}), want: report.Pass, metrics: map[string]float64{"gpu1.ecc.volatile_correctable": 12, "gpu1.ecc.aggregate_correctable": 4000}},
+		}), want: report.Pass, metrics: map[string]float64{"gpu1.ecc.volatile_correctable_count": 12, "gpu1.ecc.aggregate_correctable_count": 4000}},
 		{name: "volatile uncorrectable", snap: eight(3, func(g *snapshot.GPU) {
 			g.ECC.Volatile.Uncorrectable = u64(2)
 			g.ECC.Volatile.Detail = map[string]uint64{"dram_uncorrectable": 2, "sram_correctable": 9}
 		}), want: report.Fail, findings: []string{"GPU3 ECC_UNCORRECTABLE drain"},
-			metrics: map[string]float64{"gpu3.ecc.volatile_uncorrectable": 2}},
+			metrics: map[string]float64{"gpu3.ecc.volatile_uncorrectable_count": 2}},
 		{name: "aggregate uncorrectable only", snap: eight(0, func(g *snapshot.GPU) { g.ECC.Aggregate.Uncorrectable = u64(1) }),
 			want: report.Fail, findings: []string{"GPU0 ECC_UNCORRECTABLE drain"}},
 		{name: "remap failure", snap: eight(6, func(g *snapshot.GPU) {
 			g.RemappedRows = &snapshot.RemappedRows{Uncorrectable: 8, Failure: true}
 		}), want: report.Fail, findings: []string{"GPU6 ROW_REMAP_FAILURE replace"},
-			metrics: map[string]float64{"gpu6.remapped_rows.failure": 1, "gpu6.remapped_rows.uncorrectable": 8}},
+			metrics: map[string]float64{"gpu6.remapped_rows.failure_flag": 1, "gpu6.remapped_rows.uncorrectable_count": 8}},
 		{name: "remap pending", snap: eight(2, func(g *snapshot.GPU) {
 			g.RemappedRows = &snapshot.RemappedRows{Uncorrectable: 1, Pending: true}
 		}), want: report.Warn, findings: []string{"GPU2 ROW_REMAP_PENDING reset_gpu"}},
 		{name: "retired pages under the limit", snap: node(gpu(0, preAmpere(30, 2, false))), want: report.Pass,
-			metrics: map[string]float64{"gpu0.retired_pages.single_bit": 30, "gpu0.retired_pages.double_bit": 2}},
+			metrics: map[string]float64{"gpu0.retired_pages.single_bit_count": 30, "gpu0.retired_pages.double_bit_count": 2}},
 		{name: "retired pages over the default limit", snap: node(gpu(0, preAmpere(55, 6, false))),
 			want: report.Fail, findings: []string{"GPU0 RETIRED_PAGES_LIMIT replace"}},
 		{name: "retired pages over a configured limit", snap: node(gpu(0, preAmpere(3, 0, false))),
@@ -80,7 +80,7 @@ func TestECC(t *testing.T) {
 			})),
 			want: report.Fail, findings: []string{"GPU1 ECC_UNCORRECTABLE drain", "GPU0 ROW_REMAP_PENDING reset_gpu", "GPU1 ROW_REMAP_PENDING reset_gpu"}},
 		{name: "one GPU without ECC data among others", snap: eight(2, noECC), want: report.Pass,
-			absent: []string{"gpu2.ecc.volatile_uncorrectable", "gpu2.remapped_rows.pending"}},
+			absent: []string{"gpu2.ecc.volatile_uncorrectable_count", "gpu2.remapped_rows.pending_flag"}},
 		{name: "no ECC data at all", snap: node(gpu(0, noECC), gpu(1, noECC)), want: report.Skip, reason: "ECC off or not supported"},
 		{name: "source failed", snap: withSource(eight(-1), snapshot.SourceState{State: snapshot.StateFailed, Error: "exit status 15"}),
 			want: report.Error, reason: "exit status 15"},
@@ -115,10 +115,10 @@ func TestECCFixtures(t *testing.T) {
 	t.Parallel()
 	runTable(t, ECC{}, []tcase{
 		{name: "h100x8 clean", snap: fixture(t, "h100x8_v12.xml"), want: report.Pass,
-			metrics: map[string]float64{"gpu7.ecc.aggregate_uncorrectable": 0, "gpu7.remapped_rows.failure": 0}},
+			metrics: map[string]float64{"gpu7.ecc.aggregate_uncorrectable_count": 0, "gpu7.remapped_rows.failure_flag": 0}},
 		// remapped_rows is the bare string N/A under MIG: the counters still judge.
 		{name: "a100 MIG without remap data", snap: fixture(t, "a100_mig_v12.xml"), want: report.Pass,
-			absent: []string{"gpu0.remapped_rows.pending"}},
+			absent: []string{"gpu0.remapped_rows.pending_flag"}},
 		{name: "a10g old schema", snap: fixture(t, "a10g_v11.xml"), want: report.Pass},
 	})
 }

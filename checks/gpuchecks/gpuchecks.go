@@ -21,26 +21,28 @@
 //   - Drift of persistence or compute mode is fixed live (nvidia-smi -pm /
 //     -c): none, with the command in the message.
 //
-// Metrics (per GPU i, counts carry no unit):
+// Metrics (per GPU i). Names end in their unit (metricunits_test.go lists
+// the suffixes): _count for counts, _flag for 0/1, _c, _w, _mib, _lanes,
+// _gen for a PCIe generation.
 //
-//	gpu.count                                       gpu.inventory
-//	gpu<i>.ecc.volatile_uncorrectable               gpu.ecc
-//	gpu<i>.ecc.volatile_correctable
-//	gpu<i>.ecc.aggregate_uncorrectable
-//	gpu<i>.ecc.aggregate_correctable
-//	gpu<i>.remapped_rows.correctable
-//	gpu<i>.remapped_rows.uncorrectable
-//	gpu<i>.remapped_rows.pending                    0 or 1
-//	gpu<i>.remapped_rows.failure                    0 or 1
-//	gpu<i>.retired_pages.single_bit
-//	gpu<i>.retired_pages.double_bit
-//	gpu<i>.temperature_c                            gpu.thermal
+//	gpu.count, gpu.unreachable_count                     gpu.inventory
+//	gpu<i>.ecc.volatile_uncorrectable_count              gpu.ecc
+//	gpu<i>.ecc.volatile_correctable_count
+//	gpu<i>.ecc.aggregate_uncorrectable_count
+//	gpu<i>.ecc.aggregate_correctable_count
+//	gpu<i>.remapped_rows.correctable_count
+//	gpu<i>.remapped_rows.uncorrectable_count
+//	gpu<i>.remapped_rows.pending_flag                    0 or 1
+//	gpu<i>.remapped_rows.failure_flag                    0 or 1
+//	gpu<i>.retired_pages.single_bit_count
+//	gpu<i>.retired_pages.double_bit_count
+//	gpu<i>.temperature_c                                 gpu.thermal
 //	gpu<i>.memory_temperature_c
 //	gpu<i>.power_w
-//	gpu<i>.pcie.gen                                 gpu.pcie (current link)
-//	gpu<i>.pcie.width
-//	gpu<i>.pcie.replays
-//	gpu<i>.processes                                gpu.processes
+//	gpu<i>.pcie.link_gen                                 gpu.pcie (current link)
+//	gpu<i>.pcie.width_lanes
+//	gpu<i>.pcie.replay_count
+//	gpu<i>.process_count                                 gpu.processes
 //	gpu<i>.memory_used_mib
 //
 // A value the GPU does not report is left out, never written as zero.

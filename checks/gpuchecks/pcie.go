@@ -70,13 +70,13 @@ func (PCIe) Run(in checks.Input) checks.Result {
 	for i, l := range links {
 		g := l.g
 		if l.width > 0 {
-			res.Metric(metric(g, "pcie.width"), float64(l.width))
+			res.Metric(metric(g, "pcie.width_lanes"), float64(l.width))
 		}
 		if l.gen > 0 {
-			res.Metric(metric(g, "pcie.gen"), float64(l.gen))
+			res.Metric(metric(g, "pcie.link_gen"), float64(l.gen))
 		}
 		if g.PCIe.ReplayCounter != nil {
-			res.Metric(metric(g, "pcie.replays"), float64(*g.PCIe.ReplayCounter))
+			res.Metric(metric(g, "pcie.replay_count"), float64(*g.PCIe.ReplayCounter))
 		}
 		if (l.width > 0 && l.widthMax > 0) || (l.sysWidth > 0 && l.sysMax > 0) || (l.gen > 0 && l.genMax > 0) {
 			judged = true

@@ -38,10 +38,10 @@ func TestPCIe(t *testing.T) {
 
 	runTable(t, PCIe{}, []tcase{
 		{name: "all Gen5 x16", snap: eight(-1), want: report.Pass,
-			metrics: map[string]float64{"gpu0.pcie.gen": 5, "gpu0.pcie.width": 16}},
+			metrics: map[string]float64{"gpu0.pcie.link_gen": 5, "gpu0.pcie.width_lanes": 16}},
 		{name: "narrow link", snap: eight(3, link(5, 5, 8, 16)),
-			want: report.Fail, findings: []string{"GPU3 PCIE_WIDTH_DEGRADED reseat"}, metrics: map[string]float64{"gpu3.pcie.width": 8}},
-		{name: "all idle at Gen1 together", snap: allAt(1), want: report.Pass, metrics: map[string]float64{"gpu0.pcie.gen": 1}},
+			want: report.Fail, findings: []string{"GPU3 PCIE_WIDTH_DEGRADED reseat"}, metrics: map[string]float64{"gpu3.pcie.width_lanes": 8}},
+		{name: "all idle at Gen1 together", snap: allAt(1), want: report.Pass, metrics: map[string]float64{"gpu0.pcie.link_gen": 1}},
 		{name: "one slow while siblings run Gen5", snap: eight(2, link(3, 5, 16, 16)),
 			want: report.Warn, findings: []string{"GPU2 PCIE_GEN_DEGRADED monitor"}},
 		{name: "one idle GPU dropped its gen", snap: eight(2, link(1, 5, 16, 16), idle), want: report.Pass},
@@ -50,11 +50,11 @@ func TestPCIe(t *testing.T) {
 			want: report.Fail, findings: []string{"GPU6 PCIE_WIDTH_DEGRADED reseat"}},
 		{name: "sysfs fills in what the driver lacks", snap: sysfsOnly(),
 			want: report.Fail, findings: []string{"GPU1 PCIE_WIDTH_DEGRADED reseat", "GPU1 PCIE_GEN_DEGRADED monitor"},
-			metrics: map[string]float64{"gpu1.pcie.width": 4, "gpu1.pcie.gen": 1, "gpu0.pcie.gen": 5}},
+			metrics: map[string]float64{"gpu1.pcie.width_lanes": 4, "gpu1.pcie.link_gen": 1, "gpu0.pcie.link_gen": 5}},
 		{name: "no link data", snap: node(gpu(0, link(0, 0, 0, 0))), want: report.Skip, reason: "PCIe",
-			absent: []string{"gpu0.pcie.width"}},
+			absent: []string{"gpu0.pcie.width_lanes"}},
 		{name: "replay counter is a metric", snap: eight(1, func(g *snapshot.GPU) { g.PCIe.ReplayCounter = u64(67) }),
-			want: report.Pass, metrics: map[string]float64{"gpu1.pcie.replays": 67}},
+			want: report.Pass, metrics: map[string]float64{"gpu1.pcie.replay_count": 67}},
 	})
 }
 
@@ -72,7 +72,7 @@ func TestPCIeFixtures(t *testing.T) {
 	t.Parallel()
 	runTable(t, PCIe{}, []tcase{
 		{name: "h100x8 Gen5 x16", snap: fixture(t, "h100x8_v12.xml"), want: report.Pass,
-			metrics: map[string]float64{"gpu7.pcie.gen": 5, "gpu7.pcie.width": 16, "gpu0.pcie.replays": 67}},
+			metrics: map[string]float64{"gpu7.pcie.link_gen": 5, "gpu7.pcie.width_lanes": 16, "gpu0.pcie.replay_count": 67}},
 		// The captured A10G ran at x8 of x16 (and idle at Gen1): the width is the fault.
 		{name: "a10g at x8", snap: fixture(t, "a10g_v11.xml"),
 			want: report.Fail, findings: []string{"GPU0 PCIE_WIDTH_DEGRADED reseat"}},

@@ -44,7 +44,7 @@ func (Processes) Run(in checks.Input) checks.Result {
 	}
 	pc := conf(in).Processes
 	for _, g := range gs {
-		res.Metric(metric(g, "processes"), float64(len(g.Processes)))
+		res.Metric(metric(g, "process_count"), float64(len(g.Processes)))
 		if g.MemoryUsedMiB != nil {
 			res.Metric(metric(g, "memory_used_mib"), float64(*g.MemoryUsedMiB))
 		}

@@ -24,7 +24,7 @@ func TestProcesses(t *testing.T) {
 
 	runTable(t, Processes{}, []tcase{
 		{name: "busy node, not expected idle", snap: eight(0, procs(40960, train)), want: report.Pass,
-			metrics: map[string]float64{"gpu0.processes": 1, "gpu0.memory_used_mib": 40960, "gpu1.processes": 0}},
+			metrics: map[string]float64{"gpu0.process_count": 1, "gpu0.memory_used_mib": 40960, "gpu1.process_count": 0}},
 		{name: "idle node, idle GPUs", snap: eight(-1), cfg: idle, want: report.Pass},
 		{name: "ghost process on an idle node", snap: eight(3, procs(40960, train)), cfg: idle,
 			want: report.Warn, findings: []string{"GPU3 GHOST_PROCESS restart_app"}},
@@ -47,13 +47,13 @@ func TestProcessesFixtures(t *testing.T) {
 	t.Parallel()
 	runTable(t, Processes{}, []tcase{
 		{name: "h100x8 idle", snap: fixture(t, "h100x8_v12.xml"), cfg: withCfg(func(c *config.Config) { c.Processes.ExpectIdle = true }),
-			want: report.Pass, metrics: map[string]float64{"gpu0.processes": 0, "gpu0.memory_used_mib": 0}},
+			want: report.Pass, metrics: map[string]float64{"gpu0.process_count": 0, "gpu0.memory_used_mib": 0}},
 		{name: "a10g Xorg on an idle node", snap: fixture(t, "a10g_v11.xml"),
 			cfg:  withCfg(func(c *config.Config) { c.Processes.ExpectIdle = true }),
 			want: report.Warn, findings: []string{"GPU0 GHOST_PROCESS restart_app"}},
 		{name: "a10g Xorg allowed", snap: fixture(t, "a10g_v11.xml"),
 			cfg:  withCfg(func(c *config.Config) { c.Processes.ExpectIdle, c.Processes.Allowed = true, []string{"Xorg"} }),
-			want: report.Pass, metrics: map[string]float64{"gpu0.processes": 1, "gpu0.memory_used_mib": 22}},
+			want: report.Pass, metrics: map[string]float64{"gpu0.process_count": 1, "gpu0.memory_used_mib": 22}},
 		// 50 MiB used by four MIG instances, no process: overhead, not a ghost.
 		{name: "a100 MIG overhead", snap: fixture(t, "a100_mig_v12.xml"),
 			cfg: withCfg(func(c *config.Config) { c.Processes.ExpectIdle = true }), want: report.Pass},

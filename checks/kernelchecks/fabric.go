@@ -39,8 +39,8 @@ import (
 //     those are judged on Fabric Manager and SXids alone, and skip when
 //     neither is known.
 //
-// Metrics: fabric.gpus, fabric.ready_gpus, sxid.events, sxid.fatal_events,
-// sxid.new_events.
+// Metrics: fabric.gpu_count, fabric.ready_gpu_count, sxid.event_count, sxid.fatal_event_count,
+// sxid.new_event_count.
 type Fabric struct{}
 
 var _ checks.Check = Fabric{}
@@ -139,8 +139,8 @@ func (Fabric) Run(in checks.Input) checks.Result {
 		}
 		ready++
 	}
-	res.Metric("fabric.gpus", float64(len(fabricGPUs)))
-	res.Metric("fabric.ready_gpus", float64(ready))
+	res.Metric("fabric.gpu_count", float64(len(fabricGPUs)))
+	res.Metric("fabric.ready_gpu_count", float64(ready))
 
 	if sx.add(&res) {
 		judged = true
@@ -184,9 +184,9 @@ func (sx sxids) add(res *checks.Result) bool {
 	for _, k := range sx.order {
 		res.Add(sx.groups[k].finding(k))
 	}
-	res.Metric("sxid.events", float64(sx.total))
-	res.Metric("sxid.fatal_events", float64(sx.fatal))
-	res.Metric("sxid.new_events", float64(sx.fresh))
+	res.Metric("sxid.event_count", float64(sx.total))
+	res.Metric("sxid.fatal_event_count", float64(sx.fatal))
+	res.Metric("sxid.new_event_count", float64(sx.fresh))
 	return sx.total > 0
 }
 

@@ -53,7 +53,7 @@ func TestFabric(t *testing.T) {
 			name:    "healthy fabric",
 			mut:     func(s *snapshot.Snapshot) { s.Versions.FabricManager = "535.161.08" },
 			status:  report.Pass,
-			metrics: map[string]float64{"fabric.gpus": 8, "fabric.ready_gpus": 8},
+			metrics: map[string]float64{"fabric.gpu_count": 8, "fabric.ready_gpu_count": 8},
 		},
 		{
 			name:   "no fabric",
@@ -124,7 +124,7 @@ func TestFabric(t *testing.T) {
 			},
 			status:  report.Fail,
 			want:    []string{"SXID_FATAL node fail reboot", "SXID_NONFATAL node warn monitor"},
-			metrics: map[string]float64{"sxid.events": 3, "sxid.fatal_events": 2},
+			metrics: map[string]float64{"sxid.event_count": 3, "sxid.fatal_event_count": 2},
 		},
 		{
 			name: "SXids outside the lookback, before a driver load, or seen before",
@@ -141,7 +141,7 @@ func TestFabric(t *testing.T) {
 				sxidEvent("nvidia-nvswitch3", sw, 12028, true, time.Hour).Raw: true,
 			}},
 			status:  report.Pass,
-			metrics: map[string]float64{"sxid.events": 1, "sxid.new_events": 0},
+			metrics: map[string]float64{"sxid.event_count": 1, "sxid.new_event_count": 0},
 		},
 		{
 			name: "SXids on a node whose GPUs report no fabric",

@@ -32,12 +32,12 @@ import (
 //     Pre-FEC counters that grow on healthy NVLink5 links (fec_*, symbol)
 //     are metrics only. Without a previous run counters are metrics only.
 //
-// Metrics per GPU i: gpu<i>.nvlink.active_links, gpu<i>.nvlink.inactive_links,
-// gpu<i>.nvlink.speed_gbytes_per_sec (sum over active links of the
+// Metrics per GPU i: gpu<i>.nvlink.active_link_count, gpu<i>.nvlink.inactive_link_count,
+// gpu<i>.nvlink.speed_gbps (sum over active links of the
 // per-link, per-direction speed nvidia-smi prints, in gigaBYTES per second),
 // gpu<i>.nvlink.<counter>_count (summed over links) and, with a previous
-// run, gpu<i>.nvlink.<counter>_rise_count; node-wide nvlink.active_links and
-// nvlink.inactive_links.
+// run, gpu<i>.nvlink.<counter>_rise_count; node-wide nvlink.active_link_count and
+// nvlink.inactive_link_count.
 type NVLink struct{}
 
 var _ checks.Check = NVLink{}
@@ -95,8 +95,8 @@ func (NVLink) Run(in checks.Input) checks.Result {
 			}
 		}
 	}
-	res.Metric("nvlink.active_links", float64(totalActive))
-	res.Metric("nvlink.inactive_links", float64(totalInactive))
+	res.Metric("nvlink.active_link_count", float64(totalActive))
+	res.Metric("nvlink.inactive_link_count", float64(totalInactive))
 
 	if totalActive == 0 && !expectNV {
 		// Metrics stay: a skip with numbers still says what was seen.
@@ -142,10 +142,10 @@ func (NVLink) Run(in checks.Input) checks.Result {
 				}
 			}
 		}
-		res.Metric(pfx+"active_links", float64(len(active)))
-		res.Metric(pfx+"inactive_links", float64(len(inactive)))
+		res.Metric(pfx+"active_link_count", float64(len(active)))
+		res.Metric(pfx+"inactive_link_count", float64(len(inactive)))
 		// nvidia-smi prints three decimals; summing floats adds noise below that.
-		res.Metric(pfx+"speed_gbytes_per_sec", math.Round(speed*1000)/1000)
+		res.Metric(pfx+"speed_gbps", math.Round(speed*1000)/1000)
 		for name, v := range sums {
 			res.Metric(pfx+metricWord(name)+"_count", float64(v))
 		}

@@ -59,14 +59,14 @@ func TestNVLink(t *testing.T) {
 		{
 			name:    "healthy",
 			status:  report.Pass,
-			metrics: map[string]float64{"gpu0.nvlink.active_links": 18, "gpu1.nvlink.speed_gbytes_per_sec": 18 * 26.562, "nvlink.active_links": 36},
+			metrics: map[string]float64{"gpu0.nvlink.active_link_count": 18, "gpu1.nvlink.speed_gbps": 18 * 26.562, "nvlink.active_link_count": 36},
 		},
 		{
 			name:    "one link inactive",
 			mut:     func(gs []snapshot.NVLinkGPU) { gs[1].Links[7] = snapshot.NVLink{Link: 7} },
 			status:  report.Fail,
 			want:    []string{"NVLINK_DOWN GPU1 fail reset_gpu"},
-			metrics: map[string]float64{"gpu1.nvlink.inactive_links": 1, "nvlink.inactive_links": 1},
+			metrics: map[string]float64{"gpu1.nvlink.inactive_link_count": 1, "nvlink.inactive_link_count": 1},
 		},
 		{
 			name: "one GPU lost all its links",

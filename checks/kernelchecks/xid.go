@@ -36,10 +36,10 @@ import (
 // GPU_FELL_OFF_BUS with action reseat (replace if it recurs): the GPU did
 // not come up at all, which points at the slot, riser or board.
 //
-// Metrics: xid.events (counted), xid.new_events (not seen by the previous
-// run), xid.<code>.count, xid.fell_off_bus_events, and the events left out:
-// xid.ignored_events, xid.before_reset_events, xid.outside_lookback_events,
-// and, after a flood, xid.dropped_events (the oldest lines past the
+// Metrics: xid.event_count (counted), xid.new_event_count (not seen by the previous
+// run), xid.<code>.count, xid.fell_off_bus_count, and the events left out:
+// xid.ignored_count, xid.before_reset_count, xid.outside_lookback_count,
+// and, after a flood, xid.dropped_count (the oldest lines past the
 // parser's bound, kmsg.MaxEventsPerKind, counted but not judged).
 type Xid struct{}
 
@@ -142,18 +142,18 @@ func (Xid) Run(in checks.Input) checks.Result {
 	}
 	fellOffFindings(&res, fell, xid79, byBus)
 
-	res.Metric("xid.events", float64(counted))
-	res.Metric("xid.new_events", float64(fresh))
+	res.Metric("xid.event_count", float64(counted))
+	res.Metric("xid.new_event_count", float64(fresh))
 	for code, n := range perCode {
 		res.Metric("xid."+strconv.Itoa(code)+".count", float64(n))
 	}
-	res.Metric("xid.fell_off_bus_events", float64(len(fell)))
-	res.Metric("xid.ignored_events", float64(skipped["ignored"]))
-	res.Metric("xid.before_reset_events", float64(skipped["before_reset"]))
-	res.Metric("xid.outside_lookback_events", float64(skipped["outside_lookback"]))
+	res.Metric("xid.fell_off_bus_count", float64(len(fell)))
+	res.Metric("xid.ignored_count", float64(skipped["ignored"]))
+	res.Metric("xid.before_reset_count", float64(skipped["before_reset"]))
+	res.Metric("xid.outside_lookback_count", float64(skipped["outside_lookback"]))
 	if d := in.Snap.Kernel.Dropped[snapshot.EventXid] + in.Snap.Kernel.Dropped[snapshot.EventFellOffBus]; d > 0 {
 		// The parser keeps the newest events of a flood; the oldest are only counted.
-		res.Metric("xid.dropped_events", float64(d))
+		res.Metric("xid.dropped_count", float64(d))
 	}
 	return res
 }

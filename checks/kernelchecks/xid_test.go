@@ -34,14 +34,14 @@ func TestXid(t *testing.T) {
 		{
 			name:    "clean log",
 			status:  report.Pass,
-			metrics: map[string]float64{"xid.events": 0},
+			metrics: map[string]float64{"xid.event_count": 0},
 		},
 		{
 			name:    "application xid only warns",
 			events:  []snapshot.KernelEvent{xidEvent(13, gpu0, hour, "Graphics SM Warp Exception"), xidEvent(31, gpu1, hour, "MMU Fault"), xidEvent(43, gpu1, hour, "Ch 10"), xidEvent(45, gpu1, hour, "Ch 10")},
 			status:  report.Warn,
 			want:    []string{"XID_13 GPU0 warn restart_app", "XID_31 GPU1 warn restart_app", "XID_43 GPU1 warn restart_app", "XID_45 GPU1 warn restart_app"},
-			metrics: map[string]float64{"xid.events": 4, "xid.13.count": 1},
+			metrics: map[string]float64{"xid.event_count": 4, "xid.13.count": 1},
 		},
 		{
 			name:   "xid 79 fails",
@@ -53,7 +53,7 @@ func TestXid(t *testing.T) {
 			name:    "outside the lookback",
 			events:  []snapshot.KernelEvent{xidEvent(79, gpu3, 25*hour, "GPU has fallen off the bus.")},
 			status:  report.Pass,
-			metrics: map[string]float64{"xid.events": 0, "xid.outside_lookback_events": 1},
+			metrics: map[string]float64{"xid.event_count": 0, "xid.outside_lookback_count": 1},
 		},
 		{
 			name:   "configured lookback",
@@ -66,7 +66,7 @@ func TestXid(t *testing.T) {
 			events:  []snapshot.KernelEvent{xidEvent(48, gpu0, 3*hour, "DBE"), xidEvent(48, gpu1, 3*hour, "DBE"), resetEvent(gpu0, 2*hour)},
 			status:  report.Fail,
 			want:    []string{"XID_48 GPU1 fail reset_gpu"},
-			metrics: map[string]float64{"xid.before_reset_events": 1, "xid.events": 1},
+			metrics: map[string]float64{"xid.before_reset_count": 1, "xid.event_count": 1},
 		},
 		{
 			name:   "driver load resets every GPU",
@@ -112,7 +112,7 @@ func TestXid(t *testing.T) {
 			}},
 			status:  report.Fail,
 			want:    []string{"XID_64 GPU1 fail reset_gpu"},
-			metrics: map[string]float64{"xid.events": 2, "xid.new_events": 1, "xid.48.count": 1},
+			metrics: map[string]float64{"xid.event_count": 2, "xid.new_event_count": 1, "xid.48.count": 1},
 		},
 		{
 			name:   "all seen before passes",
@@ -121,7 +121,7 @@ func TestXid(t *testing.T) {
 				xidEvent(79, gpu0, hour, "x").Raw: true,
 			}},
 			status:  report.Pass,
-			metrics: map[string]float64{"xid.events": 1, "xid.new_events": 0},
+			metrics: map[string]float64{"xid.event_count": 1, "xid.new_event_count": 0},
 		},
 		{
 			name:   "override raises a catalog ignore",
@@ -150,7 +150,7 @@ func TestXid(t *testing.T) {
 			cfg:     &config.Config{Xid: config.XidConfig{Ignore: []int{79}}},
 			status:  report.Warn,
 			want:    []string{"XID_13 GPU0 warn restart_app"},
-			metrics: map[string]float64{"xid.ignored_events": 1},
+			metrics: map[string]float64{"xid.ignored_count": 1},
 		},
 		{
 			name:    "repeats group into one finding",
@@ -174,7 +174,7 @@ func TestXid(t *testing.T) {
 			},
 			status:  report.Fail,
 			want:    []string{"XID_79 GPU1 fail reboot", "GPU_FELL_OFF_BUS GPU3 fail reseat"},
-			metrics: map[string]float64{"xid.fell_off_bus_events": 2},
+			metrics: map[string]float64{"xid.fell_off_bus_count": 2},
 		},
 	}
 	for _, tc := range tests {
@@ -270,7 +270,7 @@ func TestXidOnParsedLog(t *testing.T) {
 		"XID_94 GPU1 warn restart_app",
 		"XID_999 GPU4 warn monitor",
 	)
-	if r.Metrics["xid.before_reset_events"] != 3 || r.Metrics["xid.outside_lookback_events"] != 1 {
+	if r.Metrics["xid.before_reset_count"] != 3 || r.Metrics["xid.outside_lookback_count"] != 1 {
 		t.Errorf("metrics: %v", r.Metrics)
 	}
 }
@@ -333,8 +333,8 @@ func TestFellOffBusAtDriverLoad(t *testing.T) {
 				status = report.Fail
 			}
 			wantResult(t, r, status, tc.want...)
-			if got := r.Metrics["xid.before_reset_events"]; got != tc.beforeReset {
-				t.Errorf("xid.before_reset_events = %v, want %v", got, tc.beforeReset)
+			if got := r.Metrics["xid.before_reset_count"]; got != tc.beforeReset {
+				t.Errorf("xid.before_reset_count = %v, want %v", got, tc.beforeReset)
 			}
 		})
 	}

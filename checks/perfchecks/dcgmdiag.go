@@ -20,10 +20,10 @@ const (
 
 // dcgm.diag metrics: entity results by outcome.
 const (
-	MetricDCGMFailed  = "dcgm.tests_failed"
-	MetricDCGMPassed  = "dcgm.tests_passed"
-	MetricDCGMWarned  = "dcgm.tests_warned"
-	MetricDCGMSkipped = "dcgm.tests_skipped" // Skip and Not Run
+	MetricDCGMFailed  = "dcgm.tests_failed_count"
+	MetricDCGMPassed  = "dcgm.tests_passed_count"
+	MetricDCGMWarned  = "dcgm.tests_warned_count"
+	MetricDCGMSkipped = "dcgm.tests_skipped_count" // Skip and Not Run
 )
 
 // DCGMDiag is the dcgm.diag check. Findings are grouped per entity (GPU<i>,
