@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"sync"
 	"time"
@@ -53,6 +55,20 @@ func guard(h host.Host) host.Host {
 func (g *guardedHost) Name() string   { return g.h.Name() }
 func (g *guardedHost) Now() time.Time { return g.h.Now() }
 func (g *guardedHost) FS() fs.FS      { return g.h.FS() }
+
+// CaptureStream keeps a bundle's kernel log a stream through the guard
+// (host.Streamer: a 256 MiB dmesg.txt is parsed, never held); a bundle's
+// files need no guard. Other hosts' captures go through Capture.
+func (g *guardedHost) CaptureStream(ctx context.Context, src snapshot.Source) (io.ReadCloser, host.Capture) {
+	if s, ok := g.h.(host.Streamer); ok {
+		return s.CaptureStream(ctx, src)
+	}
+	c := g.Capture(ctx, src)
+	if c.State != snapshot.StateOK && len(c.Data) == 0 {
+		return nil, c
+	}
+	return io.NopCloser(bytes.NewReader(c.Data)), c
+}
 
 func (g *guardedHost) Capture(ctx context.Context, src snapshot.Source) host.Capture {
 	key := string(src)
