@@ -34,3 +34,7 @@ func (b ExpBackoff) Next(attempt int) time.Duration {
 	}
 	return rand.N(ceil + 1)
 }
+
+// Longest is the ceiling of the waits, the wait after a refusal that
+// retrying soon cannot cure.
+func (b ExpBackoff) Longest() time.Duration { return b.Max }

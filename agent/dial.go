@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"crypto/x509"
+	"errors"
 	"fmt"
 
 	"github.com/rs/zerolog"
@@ -26,11 +28,47 @@ func transport(cfg *Config, log zerolog.Logger) (credentials.TransportCredential
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent tls identity: %w", err)
 	}
+	if err := checkIdentity(cfg, r.Leaf()); err != nil {
+		return nil, nil, err
+	}
 	creds, err := pki.ClientCredentials(pki.ClientOptions{Reloader: r, ServerName: cfg.TLS.ServerName, TrustDomain: cfg.TLS.TrustDomain})
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent tls identity: %w", err)
 	}
 	return creds, r, nil
+}
+
+// ErrWrongIdentity is returned at start when the agent's certificate does
+// not name its node: the coordinator would refuse every connection.
+var ErrWrongIdentity = errors.New("agent certificate does not name this node")
+
+// checkIdentity says whether the certificate speaks for cfg.Node: its
+// SPIFFE ID must be spiffe://TRUST_DOMAIN/node/NODE, of tls.trust_domain
+// when that is set.
+func checkIdentity(cfg *Config, leaf *x509.Certificate) error {
+	want := "spiffe://" + orWord(cfg.TLS.TrustDomain, "TRUST_DOMAIN") + "/node/" + cfg.Node
+	id, err := pki.ParseIdentity(leaf)
+	if err != nil {
+		return fmt.Errorf("%w: %s holds no node identity (%w); want %s (fleetcheck certs issue node %s)",
+			ErrWrongIdentity, cfg.TLS.CertFile, err, want, cfg.Node)
+	}
+	switch {
+	case id.Kind != pki.KindNode || id.Name != cfg.Node:
+		return fmt.Errorf("%w: %s is %s, and this agent is node %q (want %s): the coordinator would refuse it; "+
+			"issue one with fleetcheck certs issue node %s, or fix node: in the config",
+			ErrWrongIdentity, cfg.TLS.CertFile, id, cfg.Node, want, cfg.Node)
+	case cfg.TLS.TrustDomain != "" && id.TrustDomain != cfg.TLS.TrustDomain:
+		return fmt.Errorf("%w: %s is %s, of trust domain %s, not tls.trust_domain %s",
+			ErrWrongIdentity, cfg.TLS.CertFile, id, id.TrustDomain, cfg.TLS.TrustDomain)
+	}
+	return nil
+}
+
+func orWord(s, word string) string {
+	if s == "" {
+		return word
+	}
+	return s
 }
 
 // dialOptions is the one place that decides how the agent reaches the

@@ -9,18 +9,22 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
@@ -187,5 +191,115 @@ func TestMutualTLS(t *testing.T) {
 	}
 	if err := a.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "agent tls identity") {
 		t.Errorf("Run with a missing certificate: %v", err)
+	}
+}
+
+// Issue 10: an agent whose certificate names another node used to start
+// and retry for ever; now it refuses to start and says what to fix.
+func TestStartRefusesCertificateOfAnotherNode(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t, "gpu-002")
+	files := TLSConfig{
+		CAFile:   filepath.Join(p.dir, "ca.pem"),
+		CertFile: filepath.Join(p.dir, "node.pem"),
+		KeyFile:  filepath.Join(p.dir, "node-key.pem"),
+	}
+	for _, tc := range []struct {
+		name, node, td, want string
+	}{
+		{"another node's certificate", "gpu-003", "", `spiffe://test.example/node/gpu-002, and this agent is node "gpu-003"`},
+		{"another trust domain", "gpu-002", "fleet.example", "of trust domain test.example, not tls.trust_domain fleet.example"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig(t)
+			cfg.Node, cfg.Insecure = tc.node, false
+			cfg.TLS = files
+			cfg.TLS.TrustDomain = tc.td
+			a, err := New(cfg, &fakeHost{}, nopLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = a.Run(context.Background())
+			if !errors.Is(err, ErrWrongIdentity) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run: %v, want %v naming %q", err, ErrWrongIdentity, tc.want)
+			}
+		})
+	}
+	// Its own node's certificate starts.
+	cfg := testConfig(t)
+	cfg.Node, cfg.Insecure, cfg.TLS = "gpu-002", false, files
+	if _, _, err := transport(cfg, nopLogger()); err != nil {
+		t.Fatalf("the right certificate: %v", err)
+	}
+}
+
+// deniedCoord refuses every stream the way the coordinator refuses an
+// identity, and notes when each came.
+type deniedCoord struct {
+	fleetcheckv1.UnimplementedAgentServiceServer
+	code codes.Code
+	mu   sync.Mutex
+	at   []time.Time
+}
+
+func (d *deniedCoord) Connect(st grpc.BidiStreamingServer[fleetcheckv1.AgentMessage, fleetcheckv1.CoordinatorMessage]) error {
+	d.mu.Lock()
+	d.at = append(d.at, time.Now())
+	d.mu.Unlock()
+	if _, err := st.Recv(); err != nil {
+		return err
+	}
+	return status.Error(d.code, `node:gpu-001 may not speak for node "gpu-009"`)
+}
+
+func (d *deniedCoord) attempts() []time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]time.Time(nil), d.at...)
+}
+
+// longBackoff retries at once, except after a refusal of the identity.
+type longBackoff struct{ longest time.Duration }
+
+func (longBackoff) Next(int) time.Duration   { return time.Millisecond }
+func (b longBackoff) Longest() time.Duration { return b.longest }
+
+// Refused for who it is, the agent says so at error level and knocks at
+// the longest interval, not as if the coordinator were down.
+func TestIdentityRefusedBacksOffLongest(t *testing.T) {
+	t.Parallel()
+	for _, code := range []codes.Code{codes.PermissionDenied, codes.Unauthenticated} {
+		t.Run(code.String(), func(t *testing.T) {
+			t.Parallel()
+			d := &deniedCoord{code: code}
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer()
+			fleetcheckv1.RegisterAgentServiceServer(srv, d)
+			go func() { _ = srv.Serve(lis) }()
+			t.Cleanup(srv.Stop)
+			cfg := testConfig(t)
+			cfg.Coordinator = lis.Addr().String()
+			const longest = 150 * time.Millisecond
+			ta := startAgent(t, cfg, &fakeHost{}, nil, WithBackoff(longBackoff{longest: longest}))
+			waitFor(t, "three attempts", 5*time.Second, func() bool { return len(d.attempts()) >= 3 })
+			at := d.attempts()
+			for i := 1; i < len(at); i++ {
+				if gap := at[i].Sub(at[i-1]); gap < longest {
+					t.Fatalf("attempt %d came %s after the last, want at least %s", i, gap, longest)
+				}
+			}
+			logs := ta.logs.String()
+			if !strings.Contains(logs, `"level":"error"`) || !strings.Contains(logs, "coordinator refused this agent's certificate") ||
+				!strings.Contains(logs, `may not speak for node \"gpu-009\"`) {
+				t.Fatalf("refusal not logged at error level with the reason:\n%s", logs)
+			}
+			if strings.Contains(logs, "cannot reach the coordinator") {
+				t.Fatalf("a refusal logged as unreachable:\n%s", logs)
+			}
+		})
 	}
 }

@@ -24,6 +24,10 @@ import (
 var (
 	// ErrRefused: the coordinator refused the hello (FailedPrecondition).
 	ErrRefused = errors.New("coordinator refused the agent")
+	// ErrNotAuthorized: the coordinator refused this agent's identity
+	// (PermissionDenied, Unauthenticated): a certificate for another node
+	// or domain. Retrying cannot help until someone fixes it.
+	ErrNotAuthorized = errors.New("coordinator refused this agent's identity")
 	// errHelloTimeout: no welcome within the hello timeout.
 	errHelloTimeout = errors.New("no welcome from the coordinator in time")
 	// errSilent: nothing heard for three heartbeat intervals (half-open connection).
@@ -34,6 +38,10 @@ var (
 
 // defaultHeartbeat applies when the welcome names no interval.
 const defaultHeartbeat = 10 * time.Second
+
+// goodbyeGrace is how long a stopping agent waits for the coordinator to
+// close the stream after its Goodbye.
+const goodbyeGrace = 2 * time.Second
 
 type agentStream = grpc.BidiStreamingClient[fleetcheckv1.AgentMessage, fleetcheckv1.CoordinatorMessage]
 
@@ -54,8 +62,15 @@ func (a *Agent) connectLoop(ctx context.Context) {
 		}
 		wait := a.o.backoff.Next(attempt)
 		attempt++
-		ev := a.log.Warn().Err(err).Dur("retry_in_ms", wait).Int("attempt", attempt)
+		ev := a.log.Warn()
+		if errors.Is(err, ErrNotAuthorized) {
+			// Not an outage: say so at error level, and knock rarely.
+			wait, ev = longestWait(a.o.backoff), a.log.Error()
+		}
+		ev = ev.Err(err).Dur("retry_in_ms", wait).Int("attempt", attempt)
 		switch {
+		case errors.Is(err, ErrNotAuthorized):
+			ev.Msg("coordinator refused this agent's certificate; check its node name and CA (retrying at the longest interval)")
 		case errors.Is(err, ErrRefused):
 			ev.Msg("coordinator refused this agent; backing off")
 		case welcomed:
@@ -71,6 +86,15 @@ func (a *Agent) connectLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// longestWait is the backoff's ceiling (ExpBackoff.Max), or its wait for
+// a late attempt when it has none.
+func longestWait(b Backoff) time.Duration {
+	if m, ok := b.(interface{ Longest() time.Duration }); ok {
+		return m.Longest()
+	}
+	return b.Next(64)
 }
 
 // session is one stream: from the hello to the first error.
@@ -102,7 +126,12 @@ func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
 	defer cancel(nil)
 	helloTimer := time.AfterFunc(a.o.helloTimeout, func() { cancel(errHelloTimeout) })
 	defer helloTimer.Stop()
-	stream, err := fleetcheckv1.NewAgentServiceClient(conn).Connect(sctx)
+	// The stream ends with sctx, except that a stopping agent first says
+	// goodbye (endStream).
+	streamCtx, streamCancel := context.WithCancel(context.WithoutCancel(sctx))
+	defer streamCancel()
+	unlink := context.AfterFunc(sctx, streamCancel)
+	stream, err := fleetcheckv1.NewAgentServiceClient(conn).Connect(streamCtx)
 	if err != nil {
 		return false, streamErr(sctx, "open stream", err)
 	}
@@ -168,15 +197,46 @@ func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
 	}()
 
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context) error{s.sendLoop, s.recvLoop, s.heartbeatLoop} {
+	sendDone := make(chan struct{})
+	for i, loop := range []func(context.Context) error{s.sendLoop, s.recvLoop, s.heartbeatLoop} {
 		wg.Go(func() {
+			if i == 0 {
+				defer close(sendDone)
+			}
 			if err := loop(sctx); err != nil {
 				cancel(err)
 			}
 		})
 	}
+	if unlink() {
+		go s.endStream(ctx, sctx, sendDone, streamCancel)
+	}
 	wg.Wait()
 	return true, streamErr(sctx, "stream", context.Cause(sctx))
+}
+
+// endStream ends the stream when sctx ends. A stopping agent (ctx done)
+// first says Goodbye and closes its side, once the sender is gone (a
+// gRPC stream has one writer), so that the coordinator shows the node
+// left; the coordinator then ends the stream, or goodbyeGrace does.
+func (s *session) endStream(ctx, sctx context.Context, sendDone <-chan struct{}, streamCancel context.CancelFunc) {
+	<-sctx.Done()
+	if ctx.Err() == nil {
+		streamCancel()
+		return
+	}
+	<-sendDone
+	t := time.AfterFunc(goodbyeGrace, streamCancel)
+	err := s.stream.Send(&fleetcheckv1.AgentMessage{Msg: &fleetcheckv1.AgentMessage_Goodbye{Goodbye: &fleetcheckv1.Goodbye{Reason: "agent stopping"}}})
+	if err == nil {
+		err = s.stream.CloseSend()
+	}
+	if err != nil {
+		t.Stop()
+		streamCancel()
+		return
+	}
+	s.log.Debug().Msg("said goodbye to the coordinator")
 }
 
 // streamErr names why a stream ended: a refusal, our own timers, or the
@@ -187,8 +247,13 @@ func streamErr(sctx context.Context, what string, err error) error {
 			err = cause
 		}
 	}
-	if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
-		return fmt.Errorf("%w: %s", ErrRefused, st.Message())
+	if st, ok := status.FromError(err); ok {
+		switch st.Code() {
+		case codes.FailedPrecondition:
+			return fmt.Errorf("%w: %s", ErrRefused, st.Message())
+		case codes.PermissionDenied, codes.Unauthenticated:
+			return fmt.Errorf("%w: %s", ErrNotAuthorized, st.Message())
+		}
 	}
 	if errors.Is(err, io.EOF) {
 		return fmt.Errorf("%s: coordinator closed the stream", what)

@@ -27,6 +27,17 @@ var (
 	errAgentClosed = errors.New("agent closed its stream")
 )
 
+// leftError is a stream that ended after the agent's Goodbye: a clean
+// stop, shown as the node having left rather than being unreachable.
+type leftError struct{ reason string }
+
+func (e *leftError) Error() string {
+	if e.reason == "" {
+		return "agent stopped"
+	}
+	return "agent stopped: " + e.reason
+}
+
 type silenceError struct{ silent, interval time.Duration }
 
 func (e *silenceError) Error() string {
@@ -290,11 +301,16 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 				sess.spool.Store(m.GetHeartbeat().GetSpoolDepth())
 			case m.GetHello() != nil:
 				log.Warn().Msg("second hello on one stream ignored")
+			case m.GetGoodbye() != nil:
+				// The agent closes its side next; what breaks after this
+				// is its stop, not a failure.
+				cause = &leftError{reason: clipID(m.GetGoodbye().GetReason())}
 			}
 		case err := <-recvErr:
 			// The agent closed its side, or the transport broke: answer
 			// what is in flight if the stream still takes it.
-			if !errors.Is(err, io.EOF) {
+			var left *leftError
+			if !errors.Is(err, io.EOF) && !errors.As(cause, &left) {
 				cause = &streamError{err}
 			}
 			inflight.Wait()
@@ -306,6 +322,12 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 			}
 			return status.Error(codes.Unavailable, cause.Error())
 		case <-sctx.Done():
+			var left *leftError
+			if ctx.Err() != nil && errors.As(cause, &left) {
+				// The agent said goodbye and went before closing cleanly.
+				waitSend(sendDone)
+				return nil
+			}
 			cause = context.Cause(sctx)
 			if ctx.Err() != nil {
 				// The stream's own context ended: the agent or the network went away.
@@ -456,10 +478,18 @@ func (s *Server) detach(sess *session, cause error) {
 	default:
 	}
 	state, reason := StateUnreachable, cause.Error()
+	var left *leftError
+	if errors.As(cause, &left) {
+		state = StateLeft
+	}
 	if campaignOwned(e.state) {
 		state, reason = e.state, e.reason
 	}
-	sess.log.Warn().Str("reason", cause.Error()).Msg("agent stream ended")
+	if left != nil {
+		sess.log.Info().Str("reason", cause.Error()).Msg("agent left")
+	} else {
+		sess.log.Warn().Str("reason", cause.Error()).Msg("agent stream ended")
+	}
 	s.setState(ctx, e, state, reason, "", &off, now)
 }
 

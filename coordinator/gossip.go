@@ -121,7 +121,8 @@ func (g gossipEvents) NodeLeft(m membership.Member) {
 		s.event(ctx, m.Name, store.EventConnection, "gossip", "left the gossip pool")
 		return
 	}
-	if campaignOwned(e.state) || e.state == "" {
+	// A node whose agent said goodbye is left, whatever gossip says.
+	if campaignOwned(e.state) || e.state == "" || (e.state == StateLeft && e.sess == nil) {
 		return
 	}
 	state, reason := e.liveState()

@@ -158,3 +158,32 @@ func TestTLSRefusalsLoggedAndCounted(t *testing.T) {
 		}
 	}
 }
+
+// Issue 10: an agent stopped cleanly said nothing, so its node showed
+// "unreachable: stream lost". Now its Goodbye makes the node "left"; a
+// stream that breaks without one is still unreachable.
+func TestGoodbyeLeaves(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, t.TempDir(), nil)
+	a := mustConnect(t, s, "gpu-001")
+	a.sendResult(result("gpu-001", false))
+	a.ack(5 * time.Second)
+	eventually(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
+
+	a.send(&pb.AgentMessage{Msg: &pb.AgentMessage_Goodbye{Goodbye: &pb.Goodbye{Reason: "agent stopping"}}})
+	if err := a.stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "left", stateIs(t, s, "gpu-001", StateLeft))
+	if n := nodeOf(t, s, "gpu-001"); n.Connected || n.StateReason != "agent stopped: agent stopping" {
+		t.Fatalf("after goodbye: connected=%v reason=%q", n.Connected, n.StateReason)
+	}
+	if ev := eventsOf(t, s, "gpu-001"); !hasEvent(ev, "healthy -> left: agent stopped") {
+		t.Fatalf("events %v", ev)
+	}
+	// Back again: its results decide once more.
+	b := mustConnect(t, s, "gpu-001")
+	b.sendResult(result("gpu-001", false))
+	b.ack(5 * time.Second)
+	eventually(t, 5*time.Second, "healthy again", stateIs(t, s, "gpu-001", StateHealthy))
+}

@@ -477,7 +477,8 @@ func (s *Server) sweep(ctx context.Context, now time.Time) {
 func (s *Server) markAbsent(ctx context.Context, now time.Time) {
 	for _, e := range s.reg.all() {
 		e.mu.Lock()
-		if e.sess == nil && e.state != StateUnreachable && !campaignOwned(e.state) && e.state != "" {
+		// A node that left cleanly stays left: its agent was stopped.
+		if e.sess == nil && e.state != StateUnreachable && e.state != StateLeft && !campaignOwned(e.state) && e.state != "" {
 			reason := fmt.Sprintf("agent did not reconnect within %s of coordinator start", 3*s.cfg.HeartbeatInterval)
 			s.setState(ctx, e, StateUnreachable, reason, "", nil, now)
 		}

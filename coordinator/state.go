@@ -19,13 +19,14 @@ const (
 	StateDegraded     = "degraded" // a check warns or errors
 	StateFailed       = "failed"   // a check fails
 	StateUnreachable  = "unreachable"
+	StateLeft         = "left" // its agent stopped cleanly (said Goodbye) and has not come back
 	StateDraining     = "draining" // reserved for campaigns
 	StateDrained      = "drained"  // reserved for campaigns
 )
 
 // States lists every node state, in the order listings group them.
 func States() []string {
-	return []string{StateFailed, StateDegraded, StateUnreachable, StateInitializing, StateDraining, StateDrained, StateHealthy}
+	return []string{StateFailed, StateDegraded, StateUnreachable, StateLeft, StateInitializing, StateDraining, StateDrained, StateHealthy}
 }
 
 // campaignOwned states are set by campaigns; results and streams do not

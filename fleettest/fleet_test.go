@@ -147,7 +147,7 @@ func TestAgentKilledUnreachableThenBack(t *testing.T) {
 	}
 
 	for x, state := range want {
-		x.stop()
+		x.kill()
 		eventually(t, waitLong, x.name+" unreachable", stateIs(f.store, x.name, "unreachable"))
 		n := stateOf(t, f.store(), x.name)
 		if n.Connected {

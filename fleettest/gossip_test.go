@@ -399,7 +399,8 @@ func TestGossipCleanStopIsLeft(t *testing.T) {
 	eventually(t, 5*time.Second, "the leave event", func() bool {
 		return hasEvent(events(t, f.store(), gone.name), "connection: left the gossip pool")
 	})
-	eventually(t, waitLong, gone.name+" unreachable from the stream's end", stateIs(f.store, gone.name, coordinator.StateUnreachable))
+	// Its agent said goodbye on the stream: left, not unreachable.
+	eventually(t, waitLong, gone.name+" left from the stream's end", stateIs(f.store, gone.name, coordinator.StateLeft))
 	// Longer than the suspicion timeout: a left member stays left.
 	time.Sleep(2 * time.Second)
 	if !f.gossipSees(gone.name, membership.StateLeft)() {

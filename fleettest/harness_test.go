@@ -342,6 +342,14 @@ func (n *node) stop() {
 	}
 }
 
+// kill is the agent dying: its connections close before it can say
+// goodbye (a clean stop, stop, leaves its node "left").
+func (n *node) kill() {
+	n.gate.sever()
+	n.stop()
+	n.gate.heal()
+}
+
 // spooled lists the result ids left in a stopped agent's spool.
 func (n *node) spooled() []string {
 	n.f.t.Helper()

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"errors"
 	"io"
 	"math/big"
 	"net/http"
@@ -22,6 +23,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/config"
@@ -29,7 +33,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/host/bundle"
 	"github.com/fleetcheck/fleetcheck/metrics"
 	"github.com/fleetcheck/fleetcheck/pki"
-	"github.com/fleetcheck/fleetcheck/store"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
 // issued names the files `fleetcheck certs issue` wrote for one identity.
@@ -192,12 +196,12 @@ func TestSecureFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	parentOld := oldStyleCA(t, "test")
-	bundle, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	caBundle, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	bundle = append(append(bundle, pki.EncodeCert(parentNew.Cert)...), pki.EncodeCert(parentOld.Cert)...)
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), bundle, 0o600); err != nil {
+	caBundle = append(append(caBundle, pki.EncodeCert(parentNew.Cert)...), pki.EncodeCert(parentOld.Cert)...)
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), caBundle, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfgFile := filepath.Join(dir, "coordinator.yaml")
@@ -240,19 +244,32 @@ tls:
 	ctx := context.Background()
 
 	agentReg := prometheus.NewRegistry()
-	runAgent(t, "gpu-001", addr, nodeID, agentReg)
+	stopAgent := runAgent(t, "gpu-001", addr, nodeID, agentReg)
 	waitUntil(t, "gpu-001 healthy", func() bool {
 		n, err := srv.Store().Node(ctx, "gpu-001")
 		return err == nil && n.State == coordinator.StateHealthy
 	})
 
-	// A certificate for gpu-002 in an agent configured as gpu-003.
-	stopWrong := runAgent(t, "gpu-003", addr, otherID, nil)
-	waitUntil(t, "the refusal recorded", func() bool {
-		evs, err := srv.Store().Events(ctx, store.EventQuery{Node: "gpu-002", Kind: store.EventRefused})
-		return err == nil && len(evs) > 0
-	})
-	stopWrong()
+	// A certificate for gpu-002 in an agent configured as gpu-003: the
+	// agent will not start, and says why.
+	wrong := agent.DefaultConfig()
+	wrong.Node, wrong.Coordinator, wrong.StateDir = "gpu-003", addr, t.TempDir()
+	wrong.TLS = agent.TLSConfig{CAFile: otherID.ca, CertFile: otherID.cert, KeyFile: otherID.key, TrustDomain: "fleet.test"}
+	h, err := bundle.Open(filepath.Join(examples, "bundles/h100-healthy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wa, err := agent.New(wrong, h, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wa.Run(ctx); !errors.Is(err, agent.ErrWrongIdentity) || !strings.Contains(err.Error(), "spiffe://fleet.test/node/gpu-002") {
+		t.Fatalf("agent gpu-003 on gpu-002's certificate: %v, want it refusing to start", err)
+	}
+	// Whoever speaks for gpu-003 on that certificate anyway is refused.
+	if err := helloAs(ctx, addr, otherID, "gpu-003"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("hello as gpu-003 on gpu-002's certificate: %v, want PermissionDenied", err)
+	}
 	if _, err := srv.Store().Node(ctx, "gpu-003"); err == nil {
 		t.Error("gpu-003 joined on gpu-002's certificate")
 	}
@@ -394,6 +411,44 @@ tls:
 			t.Errorf("agent /metrics lacks %q", want)
 		}
 	}
+
+	// A cleanly stopped agent has left; it is not unreachable.
+	stopAgent()
+	waitUntil(t, "gpu-001 left", func() bool {
+		n, err := srv.Store().Node(ctx, "gpu-001")
+		return err == nil && n.State == coordinator.StateLeft
+	})
+	out, code = execute(t, append([]string{"nodes"}, op...)...)
+	if code != 0 || !regexp.MustCompile(`(?m)^gpu-001\s+left\s`).MatchString(out) {
+		t.Fatalf("nodes after the agent stopped: %d\n%s", code, out)
+	}
+}
+
+// helloAs opens an agent stream with id's certificate and says hello as
+// node, returning the coordinator's answer.
+func helloAs(ctx context.Context, addr string, id issued, node string) error {
+	r, err := pki.NewReloader(pki.Files{CertFile: id.cert, KeyFile: id.key, CAFile: id.ca}, pki.ReloaderOptions{CheckInterval: -1})
+	if err != nil {
+		return err
+	}
+	creds, err := pki.ClientCredentials(pki.ClientOptions{Reloader: r, TrustDomain: "fleet.test"})
+	if err != nil {
+		return err
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := pb.NewAgentServiceClient(cc).Connect(ctx)
+	if err != nil {
+		return err
+	}
+	_ = st.Send(&pb.AgentMessage{Msg: &pb.AgentMessage_Hello{Hello: &pb.Hello{Node: node, ProtocolVersion: coordinator.ProtocolVersion}}})
+	_, err = st.Recv()
+	return err
 }
 
 // TestCoordinatorRefusesPlaintextWithoutInsecure: no tls section and no

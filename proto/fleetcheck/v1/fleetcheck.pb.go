@@ -180,7 +180,7 @@ func (x ActionStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ActionStatus_State.Descriptor instead.
 func (ActionStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{16, 0}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type WorkStatus_State int32
@@ -232,7 +232,7 @@ func (x WorkStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkStatus_State.Descriptor instead.
 func (WorkStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17, 0}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type GossipKeyOp_Op int32
@@ -284,7 +284,7 @@ func (x GossipKeyOp_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GossipKeyOp_Op.Descriptor instead.
 func (GossipKeyOp_Op) EnumDescriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18, 0}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type AgentMessage struct {
@@ -297,6 +297,7 @@ type AgentMessage struct {
 	//	*AgentMessage_Heartbeat
 	//	*AgentMessage_ActionStatus
 	//	*AgentMessage_GossipKeyStatus
+	//	*AgentMessage_Goodbye
 	Msg           isAgentMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -393,6 +394,15 @@ func (x *AgentMessage) GetGossipKeyStatus() *GossipKeyStatus {
 	return nil
 }
 
+func (x *AgentMessage) GetGoodbye() *Goodbye {
+	if x != nil {
+		if x, ok := x.Msg.(*AgentMessage_Goodbye); ok {
+			return x.Goodbye
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Msg interface {
 	isAgentMessage_Msg()
 }
@@ -421,6 +431,10 @@ type AgentMessage_GossipKeyStatus struct {
 	GossipKeyStatus *GossipKeyStatus `protobuf:"bytes,6,opt,name=gossip_key_status,json=gossipKeyStatus,proto3,oneof"` // answers GossipKeyOp
 }
 
+type AgentMessage_Goodbye struct {
+	Goodbye *Goodbye `protobuf:"bytes,7,opt,name=goodbye,proto3,oneof"` // the agent is stopping; it closes the stream next
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Msg() {}
 
 func (*AgentMessage_Result) isAgentMessage_Msg() {}
@@ -432,6 +446,8 @@ func (*AgentMessage_Heartbeat) isAgentMessage_Msg() {}
 func (*AgentMessage_ActionStatus) isAgentMessage_Msg() {}
 
 func (*AgentMessage_GossipKeyStatus) isAgentMessage_Msg() {}
+
+func (*AgentMessage_Goodbye) isAgentMessage_Msg() {}
 
 type CoordinatorMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -857,6 +873,53 @@ func (x *Heartbeat) GetSpoolDepth() uint32 {
 	return 0
 }
 
+// Goodbye is an agent's last message before it closes its stream on a
+// clean stop (SIGTERM): the coordinator shows the node "left", not
+// unreachable. A coordinator that does not know it ignores it.
+type Goodbye struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"` // "agent stopping"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Goodbye) Reset() {
+	*x = Goodbye{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Goodbye) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Goodbye) ProtoMessage() {}
+
+func (x *Goodbye) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Goodbye.ProtoReflect.Descriptor instead.
+func (*Goodbye) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Goodbye) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Result is one inspection pass of one node: one report, several checks.
 // Ids are made by the agent; the coordinator stores each id once and
 // answers a duplicate with the original ack.
@@ -877,7 +940,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[5]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +952,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[5]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +965,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{5}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Result) GetId() string {
@@ -982,7 +1045,7 @@ type CheckResult struct {
 
 func (x *CheckResult) Reset() {
 	*x = CheckResult{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[6]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1057,7 @@ func (x *CheckResult) String() string {
 func (*CheckResult) ProtoMessage() {}
 
 func (x *CheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[6]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1070,7 @@ func (x *CheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResult.ProtoReflect.Descriptor instead.
 func (*CheckResult) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{6}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckResult) GetName() string {
@@ -1066,7 +1129,7 @@ type Finding struct {
 
 func (x *Finding) Reset() {
 	*x = Finding{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[7]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1141,7 @@ func (x *Finding) String() string {
 func (*Finding) ProtoMessage() {}
 
 func (x *Finding) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[7]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1154,7 @@ func (x *Finding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finding.ProtoReflect.Descriptor instead.
 func (*Finding) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{7}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Finding) GetSeverity() string {
@@ -1151,7 +1214,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[8]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1226,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[8]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1239,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{8}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Inventory) GetDriverVersion() string {
@@ -1243,7 +1306,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[9]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1318,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[9]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1331,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{9}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GPU) GetIndex() int32 {
@@ -1332,7 +1395,7 @@ type HCA struct {
 
 func (x *HCA) Reset() {
 	*x = HCA{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[10]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1407,7 @@ func (x *HCA) String() string {
 func (*HCA) ProtoMessage() {}
 
 func (x *HCA) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[10]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1420,7 @@ func (x *HCA) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HCA.ProtoReflect.Descriptor instead.
 func (*HCA) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{10}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HCA) GetName() string {
@@ -1401,7 +1464,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[11]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1476,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[11]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1489,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{11}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Port) GetPort() int32 {
@@ -1479,7 +1542,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[12]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1554,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[12]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1567,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{12}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Ack) GetResultId() string {
@@ -1564,7 +1627,7 @@ type RunChecks struct {
 
 func (x *RunChecks) Reset() {
 	*x = RunChecks{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[13]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1639,7 @@ func (x *RunChecks) String() string {
 func (*RunChecks) ProtoMessage() {}
 
 func (x *RunChecks) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[13]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1652,7 @@ func (x *RunChecks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunChecks.ProtoReflect.Descriptor instead.
 func (*RunChecks) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{13}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunChecks) GetWorkId() string {
@@ -1657,7 +1720,7 @@ type EndMulti struct {
 
 func (x *EndMulti) Reset() {
 	*x = EndMulti{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1732,7 @@ func (x *EndMulti) String() string {
 func (*EndMulti) ProtoMessage() {}
 
 func (x *EndMulti) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1745,7 @@ func (x *EndMulti) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndMulti.ProtoReflect.Descriptor instead.
 func (*EndMulti) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{14}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EndMulti) GetMultiId() string {
@@ -1746,7 +1809,7 @@ type RunAction struct {
 
 func (x *RunAction) Reset() {
 	*x = RunAction{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1821,7 @@ func (x *RunAction) String() string {
 func (*RunAction) ProtoMessage() {}
 
 func (x *RunAction) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1834,7 @@ func (x *RunAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAction.ProtoReflect.Descriptor instead.
 func (*RunAction) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{15}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunAction) GetActionId() string {
@@ -1837,7 +1900,7 @@ type ActionStatus struct {
 
 func (x *ActionStatus) Reset() {
 	*x = ActionStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1912,7 @@ func (x *ActionStatus) String() string {
 func (*ActionStatus) ProtoMessage() {}
 
 func (x *ActionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +1925,7 @@ func (x *ActionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActionStatus.ProtoReflect.Descriptor instead.
 func (*ActionStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{16}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ActionStatus) GetActionId() string {
@@ -1905,7 +1968,7 @@ type WorkStatus struct {
 
 func (x *WorkStatus) Reset() {
 	*x = WorkStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +1980,7 @@ func (x *WorkStatus) String() string {
 func (*WorkStatus) ProtoMessage() {}
 
 func (x *WorkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +1993,7 @@ func (x *WorkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkStatus.ProtoReflect.Descriptor instead.
 func (*WorkStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WorkStatus) GetWorkId() string {
@@ -1975,7 +2038,7 @@ type GossipKeyOp struct {
 
 func (x *GossipKeyOp) Reset() {
 	*x = GossipKeyOp{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2050,7 @@ func (x *GossipKeyOp) String() string {
 func (*GossipKeyOp) ProtoMessage() {}
 
 func (x *GossipKeyOp) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2063,7 @@ func (x *GossipKeyOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeyOp.ProtoReflect.Descriptor instead.
 func (*GossipKeyOp) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GossipKeyOp) GetOpId() string {
@@ -2035,7 +2098,7 @@ type GossipKeyStatus struct {
 
 func (x *GossipKeyStatus) Reset() {
 	*x = GossipKeyStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2110,7 @@ func (x *GossipKeyStatus) String() string {
 func (*GossipKeyStatus) ProtoMessage() {}
 
 func (x *GossipKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2123,7 @@ func (x *GossipKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeyStatus.ProtoReflect.Descriptor instead.
 func (*GossipKeyStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GossipKeyStatus) GetOpId() string {
@@ -2092,7 +2155,7 @@ type GossipMembersRequest struct {
 
 func (x *GossipMembersRequest) Reset() {
 	*x = GossipMembersRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2167,7 @@ func (x *GossipMembersRequest) String() string {
 func (*GossipMembersRequest) ProtoMessage() {}
 
 func (x *GossipMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2180,7 @@ func (x *GossipMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipMembersRequest.ProtoReflect.Descriptor instead.
 func (*GossipMembersRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{21}
 }
 
 type GossipMember struct {
@@ -2134,7 +2197,7 @@ type GossipMember struct {
 
 func (x *GossipMember) Reset() {
 	*x = GossipMember{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2209,7 @@ func (x *GossipMember) String() string {
 func (*GossipMember) ProtoMessage() {}
 
 func (x *GossipMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2222,7 @@ func (x *GossipMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipMember.ProtoReflect.Descriptor instead.
 func (*GossipMember) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{21}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GossipMember) GetName() string {
@@ -2214,7 +2277,7 @@ type GossipMembersResponse struct {
 
 func (x *GossipMembersResponse) Reset() {
 	*x = GossipMembersResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2289,7 @@ func (x *GossipMembersResponse) String() string {
 func (*GossipMembersResponse) ProtoMessage() {}
 
 func (x *GossipMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2302,7 @@ func (x *GossipMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipMembersResponse.ProtoReflect.Descriptor instead.
 func (*GossipMembersResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{22}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GossipMembersResponse) GetEnabled() bool {
@@ -2267,7 +2330,7 @@ type GossipKeysRequest struct {
 
 func (x *GossipKeysRequest) Reset() {
 	*x = GossipKeysRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2342,7 @@ func (x *GossipKeysRequest) String() string {
 func (*GossipKeysRequest) ProtoMessage() {}
 
 func (x *GossipKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2355,7 @@ func (x *GossipKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeysRequest.ProtoReflect.Descriptor instead.
 func (*GossipKeysRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{23}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GossipKeysRequest) GetOp() GossipKeyOp_Op {
@@ -2326,7 +2389,7 @@ type GossipKeyNodeStatus struct {
 
 func (x *GossipKeyNodeStatus) Reset() {
 	*x = GossipKeyNodeStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2401,7 @@ func (x *GossipKeyNodeStatus) String() string {
 func (*GossipKeyNodeStatus) ProtoMessage() {}
 
 func (x *GossipKeyNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2414,7 @@ func (x *GossipKeyNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeyNodeStatus.ProtoReflect.Descriptor instead.
 func (*GossipKeyNodeStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{24}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GossipKeyNodeStatus) GetNode() string {
@@ -2382,7 +2445,7 @@ type GossipKeysResponse struct {
 
 func (x *GossipKeysResponse) Reset() {
 	*x = GossipKeysResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2457,7 @@ func (x *GossipKeysResponse) String() string {
 func (*GossipKeysResponse) ProtoMessage() {}
 
 func (x *GossipKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2470,7 @@ func (x *GossipKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeysResponse.ProtoReflect.Descriptor instead.
 func (*GossipKeysResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{25}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GossipKeysResponse) GetKeyFingerprints() []string {
@@ -2455,7 +2518,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2530,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2543,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{26}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeSummary) GetName() string {
@@ -2555,7 +2618,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2630,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2643,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{27}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListNodesRequest) GetSelector() string {
@@ -2599,7 +2662,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2674,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2687,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{28}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeSummary {
@@ -2645,7 +2708,7 @@ type ListResultsRequest struct {
 
 func (x *ListResultsRequest) Reset() {
 	*x = ListResultsRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2720,7 @@ func (x *ListResultsRequest) String() string {
 func (*ListResultsRequest) ProtoMessage() {}
 
 func (x *ListResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2733,7 @@ func (x *ListResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResultsRequest.ProtoReflect.Descriptor instead.
 func (*ListResultsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{29}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListResultsRequest) GetNode() string {
@@ -2707,7 +2770,7 @@ type StoredCheckResult struct {
 
 func (x *StoredCheckResult) Reset() {
 	*x = StoredCheckResult{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2782,7 @@ func (x *StoredCheckResult) String() string {
 func (*StoredCheckResult) ProtoMessage() {}
 
 func (x *StoredCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2795,7 @@ func (x *StoredCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredCheckResult.ProtoReflect.Descriptor instead.
 func (*StoredCheckResult) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{30}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StoredCheckResult) GetResultId() string {
@@ -2779,7 +2842,7 @@ type ListResultsResponse struct {
 
 func (x *ListResultsResponse) Reset() {
 	*x = ListResultsResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2854,7 @@ func (x *ListResultsResponse) String() string {
 func (*ListResultsResponse) ProtoMessage() {}
 
 func (x *ListResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2867,7 @@ func (x *ListResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResultsResponse.ProtoReflect.Descriptor instead.
 func (*ListResultsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{31}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListResultsResponse) GetResults() []*StoredCheckResult {
@@ -2827,7 +2890,7 @@ type RunCheckRequest struct {
 
 func (x *RunCheckRequest) Reset() {
 	*x = RunCheckRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +2902,7 @@ func (x *RunCheckRequest) String() string {
 func (*RunCheckRequest) ProtoMessage() {}
 
 func (x *RunCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +2915,7 @@ func (x *RunCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunCheckRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{32}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunCheckRequest) GetSelector() string {
@@ -2900,7 +2963,7 @@ type RunCheckProgress struct {
 
 func (x *RunCheckProgress) Reset() {
 	*x = RunCheckProgress{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +2975,7 @@ func (x *RunCheckProgress) String() string {
 func (*RunCheckProgress) ProtoMessage() {}
 
 func (x *RunCheckProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +2988,7 @@ func (x *RunCheckProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCheckProgress.ProtoReflect.Descriptor instead.
 func (*RunCheckProgress) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{33}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunCheckProgress) GetTotal() int32 {
@@ -3003,7 +3066,7 @@ type NodeOutcome struct {
 
 func (x *NodeOutcome) Reset() {
 	*x = NodeOutcome{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3078,7 @@ func (x *NodeOutcome) String() string {
 func (*NodeOutcome) ProtoMessage() {}
 
 func (x *NodeOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3091,7 @@ func (x *NodeOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOutcome.ProtoReflect.Descriptor instead.
 func (*NodeOutcome) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{34}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeOutcome) GetNode() string {
@@ -3073,7 +3136,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3148,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3161,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{35}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Event) GetId() int64 {
@@ -3156,7 +3219,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3168,7 +3231,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3181,7 +3244,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{36}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListEventsRequest) GetNode() string {
@@ -3214,7 +3277,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3289,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3302,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{37}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -3253,7 +3316,7 @@ var File_fleetcheck_v1_fleetcheck_proto protoreflect.FileDescriptor
 
 const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\n" +
-	"\x1efleetcheck/v1/fleetcheck.proto\x12\rfleetcheck.v1\"\xfe\x02\n" +
+	"\x1efleetcheck/v1/fleetcheck.proto\x12\rfleetcheck.v1\"\xb2\x03\n" +
 	"\fAgentMessage\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.fleetcheck.v1.HelloH\x00R\x05hello\x12/\n" +
 	"\x06result\x18\x02 \x01(\v2\x15.fleetcheck.v1.ResultH\x00R\x06result\x12<\n" +
@@ -3261,7 +3324,8 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"workStatus\x128\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x18.fleetcheck.v1.HeartbeatH\x00R\theartbeat\x12B\n" +
 	"\raction_status\x18\x05 \x01(\v2\x1b.fleetcheck.v1.ActionStatusH\x00R\factionStatus\x12L\n" +
-	"\x11gossip_key_status\x18\x06 \x01(\v2\x1e.fleetcheck.v1.GossipKeyStatusH\x00R\x0fgossipKeyStatusB\x05\n" +
+	"\x11gossip_key_status\x18\x06 \x01(\v2\x1e.fleetcheck.v1.GossipKeyStatusH\x00R\x0fgossipKeyStatus\x122\n" +
+	"\agoodbye\x18\a \x01(\v2\x16.fleetcheck.v1.GoodbyeH\x00R\agoodbyeB\x05\n" +
 	"\x03msg\"\x9c\x03\n" +
 	"\x12CoordinatorMessage\x122\n" +
 	"\awelcome\x18\x01 \x01(\v2\x16.fleetcheck.v1.WelcomeH\x00R\awelcome\x12&\n" +
@@ -3303,7 +3367,9 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x127\n" +
 	"\bactivity\x18\x02 \x01(\x0e2\x1b.fleetcheck.v1.NodeActivityR\bactivity\x12\x1f\n" +
 	"\vspool_depth\x18\x03 \x01(\rR\n" +
-	"spoolDepth\"\xaf\x02\n" +
+	"spoolDepth\"!\n" +
+	"\aGoodbye\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xaf\x02\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x17\n" +
@@ -3562,7 +3628,7 @@ func file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP() []byte {
 }
 
 var file_fleetcheck_v1_fleetcheck_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_fleetcheck_v1_fleetcheck_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_fleetcheck_v1_fleetcheck_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_fleetcheck_v1_fleetcheck_proto_goTypes = []any{
 	(NodeActivity)(0),             // 0: fleetcheck.v1.NodeActivity
 	(MultiRole)(0),                // 1: fleetcheck.v1.MultiRole
@@ -3574,107 +3640,109 @@ var file_fleetcheck_v1_fleetcheck_proto_goTypes = []any{
 	(*Hello)(nil),                 // 7: fleetcheck.v1.Hello
 	(*Welcome)(nil),               // 8: fleetcheck.v1.Welcome
 	(*Heartbeat)(nil),             // 9: fleetcheck.v1.Heartbeat
-	(*Result)(nil),                // 10: fleetcheck.v1.Result
-	(*CheckResult)(nil),           // 11: fleetcheck.v1.CheckResult
-	(*Finding)(nil),               // 12: fleetcheck.v1.Finding
-	(*Inventory)(nil),             // 13: fleetcheck.v1.Inventory
-	(*GPU)(nil),                   // 14: fleetcheck.v1.GPU
-	(*HCA)(nil),                   // 15: fleetcheck.v1.HCA
-	(*Port)(nil),                  // 16: fleetcheck.v1.Port
-	(*Ack)(nil),                   // 17: fleetcheck.v1.Ack
-	(*RunChecks)(nil),             // 18: fleetcheck.v1.RunChecks
-	(*EndMulti)(nil),              // 19: fleetcheck.v1.EndMulti
-	(*RunAction)(nil),             // 20: fleetcheck.v1.RunAction
-	(*ActionStatus)(nil),          // 21: fleetcheck.v1.ActionStatus
-	(*WorkStatus)(nil),            // 22: fleetcheck.v1.WorkStatus
-	(*GossipKeyOp)(nil),           // 23: fleetcheck.v1.GossipKeyOp
-	(*GossipKeyStatus)(nil),       // 24: fleetcheck.v1.GossipKeyStatus
-	(*GossipMembersRequest)(nil),  // 25: fleetcheck.v1.GossipMembersRequest
-	(*GossipMember)(nil),          // 26: fleetcheck.v1.GossipMember
-	(*GossipMembersResponse)(nil), // 27: fleetcheck.v1.GossipMembersResponse
-	(*GossipKeysRequest)(nil),     // 28: fleetcheck.v1.GossipKeysRequest
-	(*GossipKeyNodeStatus)(nil),   // 29: fleetcheck.v1.GossipKeyNodeStatus
-	(*GossipKeysResponse)(nil),    // 30: fleetcheck.v1.GossipKeysResponse
-	(*NodeSummary)(nil),           // 31: fleetcheck.v1.NodeSummary
-	(*ListNodesRequest)(nil),      // 32: fleetcheck.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),     // 33: fleetcheck.v1.ListNodesResponse
-	(*ListResultsRequest)(nil),    // 34: fleetcheck.v1.ListResultsRequest
-	(*StoredCheckResult)(nil),     // 35: fleetcheck.v1.StoredCheckResult
-	(*ListResultsResponse)(nil),   // 36: fleetcheck.v1.ListResultsResponse
-	(*RunCheckRequest)(nil),       // 37: fleetcheck.v1.RunCheckRequest
-	(*RunCheckProgress)(nil),      // 38: fleetcheck.v1.RunCheckProgress
-	(*NodeOutcome)(nil),           // 39: fleetcheck.v1.NodeOutcome
-	(*Event)(nil),                 // 40: fleetcheck.v1.Event
-	(*ListEventsRequest)(nil),     // 41: fleetcheck.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),    // 42: fleetcheck.v1.ListEventsResponse
-	nil,                           // 43: fleetcheck.v1.Hello.LabelsEntry
-	nil,                           // 44: fleetcheck.v1.CheckResult.MetricsEntry
-	nil,                           // 45: fleetcheck.v1.RunChecks.ParamsEntry
-	nil,                           // 46: fleetcheck.v1.RunAction.ParamsEntry
-	nil,                           // 47: fleetcheck.v1.GossipMember.LabelsEntry
-	nil,                           // 48: fleetcheck.v1.NodeSummary.LabelsEntry
+	(*Goodbye)(nil),               // 10: fleetcheck.v1.Goodbye
+	(*Result)(nil),                // 11: fleetcheck.v1.Result
+	(*CheckResult)(nil),           // 12: fleetcheck.v1.CheckResult
+	(*Finding)(nil),               // 13: fleetcheck.v1.Finding
+	(*Inventory)(nil),             // 14: fleetcheck.v1.Inventory
+	(*GPU)(nil),                   // 15: fleetcheck.v1.GPU
+	(*HCA)(nil),                   // 16: fleetcheck.v1.HCA
+	(*Port)(nil),                  // 17: fleetcheck.v1.Port
+	(*Ack)(nil),                   // 18: fleetcheck.v1.Ack
+	(*RunChecks)(nil),             // 19: fleetcheck.v1.RunChecks
+	(*EndMulti)(nil),              // 20: fleetcheck.v1.EndMulti
+	(*RunAction)(nil),             // 21: fleetcheck.v1.RunAction
+	(*ActionStatus)(nil),          // 22: fleetcheck.v1.ActionStatus
+	(*WorkStatus)(nil),            // 23: fleetcheck.v1.WorkStatus
+	(*GossipKeyOp)(nil),           // 24: fleetcheck.v1.GossipKeyOp
+	(*GossipKeyStatus)(nil),       // 25: fleetcheck.v1.GossipKeyStatus
+	(*GossipMembersRequest)(nil),  // 26: fleetcheck.v1.GossipMembersRequest
+	(*GossipMember)(nil),          // 27: fleetcheck.v1.GossipMember
+	(*GossipMembersResponse)(nil), // 28: fleetcheck.v1.GossipMembersResponse
+	(*GossipKeysRequest)(nil),     // 29: fleetcheck.v1.GossipKeysRequest
+	(*GossipKeyNodeStatus)(nil),   // 30: fleetcheck.v1.GossipKeyNodeStatus
+	(*GossipKeysResponse)(nil),    // 31: fleetcheck.v1.GossipKeysResponse
+	(*NodeSummary)(nil),           // 32: fleetcheck.v1.NodeSummary
+	(*ListNodesRequest)(nil),      // 33: fleetcheck.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),     // 34: fleetcheck.v1.ListNodesResponse
+	(*ListResultsRequest)(nil),    // 35: fleetcheck.v1.ListResultsRequest
+	(*StoredCheckResult)(nil),     // 36: fleetcheck.v1.StoredCheckResult
+	(*ListResultsResponse)(nil),   // 37: fleetcheck.v1.ListResultsResponse
+	(*RunCheckRequest)(nil),       // 38: fleetcheck.v1.RunCheckRequest
+	(*RunCheckProgress)(nil),      // 39: fleetcheck.v1.RunCheckProgress
+	(*NodeOutcome)(nil),           // 40: fleetcheck.v1.NodeOutcome
+	(*Event)(nil),                 // 41: fleetcheck.v1.Event
+	(*ListEventsRequest)(nil),     // 42: fleetcheck.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),    // 43: fleetcheck.v1.ListEventsResponse
+	nil,                           // 44: fleetcheck.v1.Hello.LabelsEntry
+	nil,                           // 45: fleetcheck.v1.CheckResult.MetricsEntry
+	nil,                           // 46: fleetcheck.v1.RunChecks.ParamsEntry
+	nil,                           // 47: fleetcheck.v1.RunAction.ParamsEntry
+	nil,                           // 48: fleetcheck.v1.GossipMember.LabelsEntry
+	nil,                           // 49: fleetcheck.v1.NodeSummary.LabelsEntry
 }
 var file_fleetcheck_v1_fleetcheck_proto_depIdxs = []int32{
 	7,  // 0: fleetcheck.v1.AgentMessage.hello:type_name -> fleetcheck.v1.Hello
-	10, // 1: fleetcheck.v1.AgentMessage.result:type_name -> fleetcheck.v1.Result
-	22, // 2: fleetcheck.v1.AgentMessage.work_status:type_name -> fleetcheck.v1.WorkStatus
+	11, // 1: fleetcheck.v1.AgentMessage.result:type_name -> fleetcheck.v1.Result
+	23, // 2: fleetcheck.v1.AgentMessage.work_status:type_name -> fleetcheck.v1.WorkStatus
 	9,  // 3: fleetcheck.v1.AgentMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
-	21, // 4: fleetcheck.v1.AgentMessage.action_status:type_name -> fleetcheck.v1.ActionStatus
-	24, // 5: fleetcheck.v1.AgentMessage.gossip_key_status:type_name -> fleetcheck.v1.GossipKeyStatus
-	8,  // 6: fleetcheck.v1.CoordinatorMessage.welcome:type_name -> fleetcheck.v1.Welcome
-	17, // 7: fleetcheck.v1.CoordinatorMessage.ack:type_name -> fleetcheck.v1.Ack
-	18, // 8: fleetcheck.v1.CoordinatorMessage.run_checks:type_name -> fleetcheck.v1.RunChecks
-	9,  // 9: fleetcheck.v1.CoordinatorMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
-	20, // 10: fleetcheck.v1.CoordinatorMessage.run_action:type_name -> fleetcheck.v1.RunAction
-	19, // 11: fleetcheck.v1.CoordinatorMessage.end_multi:type_name -> fleetcheck.v1.EndMulti
-	23, // 12: fleetcheck.v1.CoordinatorMessage.gossip_key:type_name -> fleetcheck.v1.GossipKeyOp
-	43, // 13: fleetcheck.v1.Hello.labels:type_name -> fleetcheck.v1.Hello.LabelsEntry
-	13, // 14: fleetcheck.v1.Hello.inventory:type_name -> fleetcheck.v1.Inventory
-	0,  // 15: fleetcheck.v1.Hello.activity:type_name -> fleetcheck.v1.NodeActivity
-	0,  // 16: fleetcheck.v1.Heartbeat.activity:type_name -> fleetcheck.v1.NodeActivity
-	11, // 17: fleetcheck.v1.Result.checks:type_name -> fleetcheck.v1.CheckResult
-	13, // 18: fleetcheck.v1.Result.inventory:type_name -> fleetcheck.v1.Inventory
-	12, // 19: fleetcheck.v1.CheckResult.findings:type_name -> fleetcheck.v1.Finding
-	44, // 20: fleetcheck.v1.CheckResult.metrics:type_name -> fleetcheck.v1.CheckResult.MetricsEntry
-	14, // 21: fleetcheck.v1.Inventory.gpus:type_name -> fleetcheck.v1.GPU
-	15, // 22: fleetcheck.v1.Inventory.hcas:type_name -> fleetcheck.v1.HCA
-	16, // 23: fleetcheck.v1.HCA.ports:type_name -> fleetcheck.v1.Port
-	45, // 24: fleetcheck.v1.RunChecks.params:type_name -> fleetcheck.v1.RunChecks.ParamsEntry
-	1,  // 25: fleetcheck.v1.RunChecks.role:type_name -> fleetcheck.v1.MultiRole
-	11, // 26: fleetcheck.v1.EndMulti.check:type_name -> fleetcheck.v1.CheckResult
-	46, // 27: fleetcheck.v1.RunAction.params:type_name -> fleetcheck.v1.RunAction.ParamsEntry
-	2,  // 28: fleetcheck.v1.ActionStatus.state:type_name -> fleetcheck.v1.ActionStatus.State
-	3,  // 29: fleetcheck.v1.WorkStatus.state:type_name -> fleetcheck.v1.WorkStatus.State
-	4,  // 30: fleetcheck.v1.GossipKeyOp.op:type_name -> fleetcheck.v1.GossipKeyOp.Op
-	47, // 31: fleetcheck.v1.GossipMember.labels:type_name -> fleetcheck.v1.GossipMember.LabelsEntry
-	26, // 32: fleetcheck.v1.GossipMembersResponse.members:type_name -> fleetcheck.v1.GossipMember
-	4,  // 33: fleetcheck.v1.GossipKeysRequest.op:type_name -> fleetcheck.v1.GossipKeyOp.Op
-	29, // 34: fleetcheck.v1.GossipKeysResponse.nodes:type_name -> fleetcheck.v1.GossipKeyNodeStatus
-	48, // 35: fleetcheck.v1.NodeSummary.labels:type_name -> fleetcheck.v1.NodeSummary.LabelsEntry
-	31, // 36: fleetcheck.v1.ListNodesResponse.nodes:type_name -> fleetcheck.v1.NodeSummary
-	11, // 37: fleetcheck.v1.StoredCheckResult.check:type_name -> fleetcheck.v1.CheckResult
-	35, // 38: fleetcheck.v1.ListResultsResponse.results:type_name -> fleetcheck.v1.StoredCheckResult
-	39, // 39: fleetcheck.v1.RunCheckProgress.outcomes:type_name -> fleetcheck.v1.NodeOutcome
-	40, // 40: fleetcheck.v1.ListEventsResponse.events:type_name -> fleetcheck.v1.Event
-	5,  // 41: fleetcheck.v1.AgentService.Connect:input_type -> fleetcheck.v1.AgentMessage
-	32, // 42: fleetcheck.v1.OperatorService.ListNodes:input_type -> fleetcheck.v1.ListNodesRequest
-	34, // 43: fleetcheck.v1.OperatorService.ListResults:input_type -> fleetcheck.v1.ListResultsRequest
-	37, // 44: fleetcheck.v1.OperatorService.RunCheck:input_type -> fleetcheck.v1.RunCheckRequest
-	41, // 45: fleetcheck.v1.OperatorService.ListEvents:input_type -> fleetcheck.v1.ListEventsRequest
-	25, // 46: fleetcheck.v1.OperatorService.GossipMembers:input_type -> fleetcheck.v1.GossipMembersRequest
-	28, // 47: fleetcheck.v1.OperatorService.GossipKeys:input_type -> fleetcheck.v1.GossipKeysRequest
-	6,  // 48: fleetcheck.v1.AgentService.Connect:output_type -> fleetcheck.v1.CoordinatorMessage
-	33, // 49: fleetcheck.v1.OperatorService.ListNodes:output_type -> fleetcheck.v1.ListNodesResponse
-	36, // 50: fleetcheck.v1.OperatorService.ListResults:output_type -> fleetcheck.v1.ListResultsResponse
-	38, // 51: fleetcheck.v1.OperatorService.RunCheck:output_type -> fleetcheck.v1.RunCheckProgress
-	42, // 52: fleetcheck.v1.OperatorService.ListEvents:output_type -> fleetcheck.v1.ListEventsResponse
-	27, // 53: fleetcheck.v1.OperatorService.GossipMembers:output_type -> fleetcheck.v1.GossipMembersResponse
-	30, // 54: fleetcheck.v1.OperatorService.GossipKeys:output_type -> fleetcheck.v1.GossipKeysResponse
-	48, // [48:55] is the sub-list for method output_type
-	41, // [41:48] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	22, // 4: fleetcheck.v1.AgentMessage.action_status:type_name -> fleetcheck.v1.ActionStatus
+	25, // 5: fleetcheck.v1.AgentMessage.gossip_key_status:type_name -> fleetcheck.v1.GossipKeyStatus
+	10, // 6: fleetcheck.v1.AgentMessage.goodbye:type_name -> fleetcheck.v1.Goodbye
+	8,  // 7: fleetcheck.v1.CoordinatorMessage.welcome:type_name -> fleetcheck.v1.Welcome
+	18, // 8: fleetcheck.v1.CoordinatorMessage.ack:type_name -> fleetcheck.v1.Ack
+	19, // 9: fleetcheck.v1.CoordinatorMessage.run_checks:type_name -> fleetcheck.v1.RunChecks
+	9,  // 10: fleetcheck.v1.CoordinatorMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
+	21, // 11: fleetcheck.v1.CoordinatorMessage.run_action:type_name -> fleetcheck.v1.RunAction
+	20, // 12: fleetcheck.v1.CoordinatorMessage.end_multi:type_name -> fleetcheck.v1.EndMulti
+	24, // 13: fleetcheck.v1.CoordinatorMessage.gossip_key:type_name -> fleetcheck.v1.GossipKeyOp
+	44, // 14: fleetcheck.v1.Hello.labels:type_name -> fleetcheck.v1.Hello.LabelsEntry
+	14, // 15: fleetcheck.v1.Hello.inventory:type_name -> fleetcheck.v1.Inventory
+	0,  // 16: fleetcheck.v1.Hello.activity:type_name -> fleetcheck.v1.NodeActivity
+	0,  // 17: fleetcheck.v1.Heartbeat.activity:type_name -> fleetcheck.v1.NodeActivity
+	12, // 18: fleetcheck.v1.Result.checks:type_name -> fleetcheck.v1.CheckResult
+	14, // 19: fleetcheck.v1.Result.inventory:type_name -> fleetcheck.v1.Inventory
+	13, // 20: fleetcheck.v1.CheckResult.findings:type_name -> fleetcheck.v1.Finding
+	45, // 21: fleetcheck.v1.CheckResult.metrics:type_name -> fleetcheck.v1.CheckResult.MetricsEntry
+	15, // 22: fleetcheck.v1.Inventory.gpus:type_name -> fleetcheck.v1.GPU
+	16, // 23: fleetcheck.v1.Inventory.hcas:type_name -> fleetcheck.v1.HCA
+	17, // 24: fleetcheck.v1.HCA.ports:type_name -> fleetcheck.v1.Port
+	46, // 25: fleetcheck.v1.RunChecks.params:type_name -> fleetcheck.v1.RunChecks.ParamsEntry
+	1,  // 26: fleetcheck.v1.RunChecks.role:type_name -> fleetcheck.v1.MultiRole
+	12, // 27: fleetcheck.v1.EndMulti.check:type_name -> fleetcheck.v1.CheckResult
+	47, // 28: fleetcheck.v1.RunAction.params:type_name -> fleetcheck.v1.RunAction.ParamsEntry
+	2,  // 29: fleetcheck.v1.ActionStatus.state:type_name -> fleetcheck.v1.ActionStatus.State
+	3,  // 30: fleetcheck.v1.WorkStatus.state:type_name -> fleetcheck.v1.WorkStatus.State
+	4,  // 31: fleetcheck.v1.GossipKeyOp.op:type_name -> fleetcheck.v1.GossipKeyOp.Op
+	48, // 32: fleetcheck.v1.GossipMember.labels:type_name -> fleetcheck.v1.GossipMember.LabelsEntry
+	27, // 33: fleetcheck.v1.GossipMembersResponse.members:type_name -> fleetcheck.v1.GossipMember
+	4,  // 34: fleetcheck.v1.GossipKeysRequest.op:type_name -> fleetcheck.v1.GossipKeyOp.Op
+	30, // 35: fleetcheck.v1.GossipKeysResponse.nodes:type_name -> fleetcheck.v1.GossipKeyNodeStatus
+	49, // 36: fleetcheck.v1.NodeSummary.labels:type_name -> fleetcheck.v1.NodeSummary.LabelsEntry
+	32, // 37: fleetcheck.v1.ListNodesResponse.nodes:type_name -> fleetcheck.v1.NodeSummary
+	12, // 38: fleetcheck.v1.StoredCheckResult.check:type_name -> fleetcheck.v1.CheckResult
+	36, // 39: fleetcheck.v1.ListResultsResponse.results:type_name -> fleetcheck.v1.StoredCheckResult
+	40, // 40: fleetcheck.v1.RunCheckProgress.outcomes:type_name -> fleetcheck.v1.NodeOutcome
+	41, // 41: fleetcheck.v1.ListEventsResponse.events:type_name -> fleetcheck.v1.Event
+	5,  // 42: fleetcheck.v1.AgentService.Connect:input_type -> fleetcheck.v1.AgentMessage
+	33, // 43: fleetcheck.v1.OperatorService.ListNodes:input_type -> fleetcheck.v1.ListNodesRequest
+	35, // 44: fleetcheck.v1.OperatorService.ListResults:input_type -> fleetcheck.v1.ListResultsRequest
+	38, // 45: fleetcheck.v1.OperatorService.RunCheck:input_type -> fleetcheck.v1.RunCheckRequest
+	42, // 46: fleetcheck.v1.OperatorService.ListEvents:input_type -> fleetcheck.v1.ListEventsRequest
+	26, // 47: fleetcheck.v1.OperatorService.GossipMembers:input_type -> fleetcheck.v1.GossipMembersRequest
+	29, // 48: fleetcheck.v1.OperatorService.GossipKeys:input_type -> fleetcheck.v1.GossipKeysRequest
+	6,  // 49: fleetcheck.v1.AgentService.Connect:output_type -> fleetcheck.v1.CoordinatorMessage
+	34, // 50: fleetcheck.v1.OperatorService.ListNodes:output_type -> fleetcheck.v1.ListNodesResponse
+	37, // 51: fleetcheck.v1.OperatorService.ListResults:output_type -> fleetcheck.v1.ListResultsResponse
+	39, // 52: fleetcheck.v1.OperatorService.RunCheck:output_type -> fleetcheck.v1.RunCheckProgress
+	43, // 53: fleetcheck.v1.OperatorService.ListEvents:output_type -> fleetcheck.v1.ListEventsResponse
+	28, // 54: fleetcheck.v1.OperatorService.GossipMembers:output_type -> fleetcheck.v1.GossipMembersResponse
+	31, // 55: fleetcheck.v1.OperatorService.GossipKeys:output_type -> fleetcheck.v1.GossipKeysResponse
+	49, // [49:56] is the sub-list for method output_type
+	42, // [42:49] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_fleetcheck_v1_fleetcheck_proto_init() }
@@ -3689,6 +3757,7 @@ func file_fleetcheck_v1_fleetcheck_proto_init() {
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_ActionStatus)(nil),
 		(*AgentMessage_GossipKeyStatus)(nil),
+		(*AgentMessage_Goodbye)(nil),
 	}
 	file_fleetcheck_v1_fleetcheck_proto_msgTypes[1].OneofWrappers = []any{
 		(*CoordinatorMessage_Welcome)(nil),
@@ -3705,7 +3774,7 @@ func file_fleetcheck_v1_fleetcheck_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fleetcheck_v1_fleetcheck_proto_rawDesc), len(file_fleetcheck_v1_fleetcheck_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
