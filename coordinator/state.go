@@ -19,7 +19,7 @@ const (
 	StateDegraded     = "degraded" // a check warns or errors
 	StateFailed       = "failed"   // a check fails
 	StateUnreachable  = "unreachable"
-	StateLeft         = "left" // its agent stopped cleanly (said Goodbye) and has not come back
+	StateLeft         = "left"     // its agent stopped cleanly (said Goodbye) and has not come back
 	StateDraining     = "draining" // reserved for campaigns
 	StateDrained      = "drained"  // reserved for campaigns
 )
