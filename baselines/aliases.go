@@ -22,6 +22,7 @@ var metricAliases = map[string][]string{
 	"xid.ignored_count":          {"xid.ignored_events"},
 	"xid.before_reset_count":     {"xid.before_reset_events"},
 	"xid.outside_lookback_count": {"xid.outside_lookback_events"},
+	"xid.dropped_count":          {"xid.dropped_events"},
 }
 
 // perGPUAliases are the same for gpu<i>.<rest> metrics.
