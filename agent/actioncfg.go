@@ -192,9 +192,6 @@ func (c *Config) validateActions() error {
 		if _, err := validateArgv(a.Command, func(p string) bool { _, ok := a.Params[p]; return ok }); err != nil {
 			return bad("actions.%s: %v", name, err)
 		}
-		if a.Timeout < 0 || a.RevertAfterDefault < 0 || a.RevertAfterMax < 0 {
-			return bad("actions.%s: durations must not be negative", name)
-		}
 		if a.Revert == "" {
 			if a.RevertAfterDefault != 0 || a.RevertAfterMax != 0 {
 				return bad("actions.%s: revert_after_default and revert_after_max need revert", name)
@@ -223,12 +220,6 @@ func (c *Config) validateActions() error {
 		switch {
 		case m.AllowedPeers.re == nil:
 			return bad("multi_node.allowed_peers: a pattern for the peers' names is required")
-		case m.ProcsPerNode < 0 || m.SlotsPerNode < 0 || m.MaxNodes < 0 || m.Timeout < 0:
-			return bad("multi_node: values must not be negative")
-		case m.MaxNodes == 1:
-			return bad("multi_node.max_nodes: at least 2")
-		case m.MinBusBWGBps < 0 || m.BaselineGBps < 0:
-			return bad("multi_node: bandwidths must not be negative")
 		}
 	}
 	return nil

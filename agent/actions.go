@@ -88,11 +88,12 @@ func (a *Agent) onRunAction(ctx context.Context, s *session, ra *fleetcheckv1.Ru
 		return
 	}
 	timeout := cfg.timeout()
-	if ms := ra.GetTimeoutMs(); ms > 0 && time.Duration(ms)*time.Millisecond < timeout {
-		timeout = time.Duration(ms) * time.Millisecond
+	if d := requestedDuration(ra.GetTimeoutMs(), timeout); d > 0 {
+		timeout = d // a request may ask for less, never more
 	}
 	var arm *armedRevert
-	switch after := time.Duration(ra.GetRevertAfterMs()) * time.Millisecond; {
+	// Clamped to revert_after_max however large the number sent.
+	switch after := requestedDuration(ra.GetRevertAfterMs(), cfg.revertMax()); {
 	case cfg.Revert == "" && (ra.GetRevertAfterMs() != 0 || ra.GetRevertOnDisconnectMs() != 0):
 		refuse(fmt.Sprintf("action %s has no revert configured, so no revert timer can be armed", name))
 		return
@@ -117,7 +118,7 @@ func (a *Agent) onRunAction(ctx context.Context, s *session, ra *fleetcheckv1.Ru
 		arm = &armedRevert{
 			ID: id, Action: name, Revert: cfg.Revert, Params: a.cfg.Actions[cfg.Revert].only(params),
 			ArmedAt: now, Due: now.Add(after),
-			OnDisconnect: config.Duration(time.Duration(ra.GetRevertOnDisconnectMs()) * time.Millisecond),
+			OnDisconnect: config.Duration(requestedDuration(ra.GetRevertOnDisconnectMs(), cfg.revertMax())),
 			Reason:       clipN(ra.GetReason(), maxActionReason),
 		}
 	}
@@ -161,7 +162,7 @@ func (a *Agent) onRunAction(ctx context.Context, s *session, ra *fleetcheckv1.Ru
 			refuse(fmt.Sprintf("cannot keep the revert timer: %v", err))
 			return
 		}
-		msg = fmt.Sprintf("%s armed for %s", cfg.Revert, arm.Due.Sub(arm.ArmedAt).Round(time.Millisecond))
+		msg = fmt.Sprintf("%s armed for %s", cfg.Revert, config.FormatDuration(arm.Due.Sub(arm.ArmedAt).Round(time.Millisecond)))
 		if arm.OnDisconnect > 0 {
 			msg += fmt.Sprintf(", or %s without the coordinator", arm.OnDisconnect)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/agent/spool"
+	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/host/bundle"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
@@ -210,7 +211,7 @@ func TestRestartDeliversSpoolAndKeepsState(t *testing.T) {
 	}
 	tn := &testNet{}
 	cfg := testConfig(t)
-	cfg.Interval = 1 << 62 // one pass per run
+	cfg.Interval = config.Duration(24 * time.Hour) // one pass per run
 	cfg.EnabledChecks = []string{"gpu.xid"}
 
 	// Run 1, coordinator down: one pass, spooled.

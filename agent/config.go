@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -196,6 +197,20 @@ func byteUnit(u string) int64 {
 		return 1 << 40
 	}
 	return 0
+}
+
+// String writes the size with the largest binary unit that divides it:
+// "256MiB", "64GiB", "1500".
+func (b ByteSize) String() string {
+	for _, u := range []struct {
+		name string
+		n    ByteSize
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && b%u.n == 0 {
+			return strconv.FormatInt(int64(b/u.n), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
 }
 
 // ParseByteSize reads "256MiB", "1.5GB", "1048576".
@@ -392,11 +407,8 @@ func (c *Config) Validate() error {
 	if c.HostRoot == "" {
 		return bad("host_root must not be empty (default /)")
 	}
-	if time.Duration(c.Interval) < time.Second {
-		return bad("interval %s: at least 1s", time.Duration(c.Interval))
-	}
-	if time.Duration(c.PassTimeout) < time.Second {
-		return bad("pass_timeout %s: at least 1s", time.Duration(c.PassTimeout))
+	if err := c.checkRanges(); err != nil {
+		return bad("%w", err)
 	}
 	known := registry.All()
 	for _, n := range c.EnabledChecks {
@@ -409,23 +421,11 @@ func (c *Config) Validate() error {
 			return bad("disruptive_allowed_when: use idle, busy or drained")
 		}
 	}
-	if c.Work.MaxTimeout <= 0 || c.Work.DefaultTimeout <= 0 {
-		return bad("work.default_timeout and work.max_timeout must be positive")
-	}
 	if c.Work.DefaultTimeout > c.Work.MaxTimeout {
 		return bad("work.default_timeout %s exceeds work.max_timeout %s", time.Duration(c.Work.DefaultTimeout), time.Duration(c.Work.MaxTimeout))
 	}
-	if c.Work.MaxConcurrent < 1 {
-		return bad("work.max_concurrent must be at least 1")
-	}
-	if c.Spool.MaxResults < 1 {
-		return bad("spool.max_results must be at least 1")
-	}
-	if c.Spool.MaxBytes < 1<<20 {
-		return bad("spool.max_bytes must be at least 1MiB")
-	}
-	if c.Reconnect.Initial <= 0 || c.Reconnect.Max < c.Reconnect.Initial {
-		return bad("reconnect: need 0 < initial <= max")
+	if c.Reconnect.Max < c.Reconnect.Initial {
+		return bad("reconnect: initial %s exceeds max %s", c.Reconnect.Initial, c.Reconnect.Max)
 	}
 	if err := c.validateActions(); err != nil {
 		return err
@@ -444,6 +444,58 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: checks: %w", ErrInvalid, err)
 	}
 	return nil
+}
+
+// Ranges of the agent config's numeric values (docs/config.md, "Ranges").
+var (
+	rangeInterval      = config.R(config.Duration(time.Second), config.Duration(24*time.Hour))
+	rangePassTimeout   = config.R(config.Duration(time.Second), config.Duration(time.Hour))
+	rangeWorkTimeout   = config.R(config.Duration(time.Second), config.Duration(48*time.Hour))
+	rangeMaxConcurrent = config.R(1, 64)
+	rangeSpoolResults  = config.R(1, 1_000_000)
+	rangeSpoolBytes    = config.R[ByteSize](1<<20, 64<<30)
+	rangeReconnectInit = config.R(config.Duration(10*time.Millisecond), config.Duration(10*time.Minute))
+	rangeReconnectMax  = config.R(config.Duration(10*time.Millisecond), config.Duration(time.Hour))
+	rangeActionTimeout = config.R(config.Duration(time.Second), config.Duration(7*24*time.Hour)) // a burn-in stress runs for a day
+	rangeRevertAfter   = config.R(config.Duration(time.Second), config.Duration(7*24*time.Hour))
+	rangeProcsPerNode  = config.R(1, 256)
+	rangeSlotsPerNode  = config.R(1, 256)
+	rangeMultiNodes    = config.R(2, 64) // the coordinator sends at most 64 nodes
+	rangeMultiBusBW    = config.R(0.0, 10_000)
+)
+
+// checkRanges holds every numeric value of the agent's own sections to
+// its range and reports all that are outside at once (the checks: section
+// and gossip: check their own).
+func (c *Config) checkRanges() error {
+	errs := []error{
+		rangeInterval.Check("interval", c.Interval),
+		rangePassTimeout.Check("pass_timeout", c.PassTimeout),
+		rangeWorkTimeout.Check("work.default_timeout", c.Work.DefaultTimeout),
+		rangeWorkTimeout.Check("work.max_timeout", c.Work.MaxTimeout),
+		rangeMaxConcurrent.Check("work.max_concurrent", c.Work.MaxConcurrent),
+		rangeSpoolResults.Check("spool.max_results", c.Spool.MaxResults),
+		rangeSpoolBytes.Check("spool.max_bytes", c.Spool.MaxBytes),
+		rangeReconnectInit.Check("reconnect.initial", c.Reconnect.Initial),
+		rangeReconnectMax.Check("reconnect.max", c.Reconnect.Max),
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Actions)) {
+		a, key := c.Actions[name], "actions."+name
+		errs = append(errs,
+			rangeActionTimeout.CheckOrZero(key+".timeout", a.Timeout),
+			rangeRevertAfter.CheckOrZero(key+".revert_after_default", a.RevertAfterDefault),
+			rangeRevertAfter.CheckOrZero(key+".revert_after_max", a.RevertAfterMax))
+	}
+	if m := c.MultiNode; m != nil {
+		errs = append(errs,
+			rangeProcsPerNode.CheckOrZero("multi_node.procs_per_node", m.ProcsPerNode),
+			rangeSlotsPerNode.CheckOrZero("multi_node.slots_per_node", m.SlotsPerNode),
+			rangeMultiNodes.CheckOrZero("multi_node.max_nodes", m.MaxNodes),
+			rangeActionTimeout.CheckOrZero("multi_node.timeout", m.Timeout),
+			rangeMultiBusBW.Check("multi_node.min_busbw_gbps", m.MinBusBWGBps),
+			rangeMultiBusBW.Check("multi_node.baseline_gbps", m.BaselineGBps))
+	}
+	return errors.Join(errs...)
 }
 
 // enabledChecks resolves the enabled check names against the known checks,

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // checkParam is a parameter a check takes in a requested run, and the
@@ -51,4 +52,19 @@ func admitParams(params map[string]string, checks []string) string {
 		}
 	}
 	return ""
+}
+
+// requestedDuration reads a duration a request gives in milliseconds
+// (timeout_ms, revert_after_ms, revert_on_disconnect_ms), clamped to
+// limit. 0 or less is "not given" and returns 0; a number too large for a
+// time.Duration (INT64_MAX ms) clamps like any other, instead of wrapping
+// negative in the multiplication.
+func requestedDuration(ms int64, limit time.Duration) time.Duration {
+	switch {
+	case ms <= 0:
+		return 0
+	case ms > limit.Milliseconds():
+		return limit
+	}
+	return time.Duration(ms) * time.Millisecond
 }

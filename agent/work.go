@@ -168,12 +168,11 @@ func (a *Agent) admit(ctx context.Context, rc *fleetcheckv1.RunChecks) ([]checks
 // none) clamped to limit.
 func (a *Agent) requestTimeout(rc *fleetcheckv1.RunChecks, limit time.Duration) time.Duration {
 	timeout := min(time.Duration(a.cfg.Work.DefaultTimeout), limit)
-	if ms := rc.GetTimeoutMs(); ms > 0 {
-		timeout = time.Duration(ms) * time.Millisecond
+	if d := requestedDuration(rc.GetTimeoutMs(), limit); d > 0 {
+		timeout = d
 	}
-	if timeout > limit {
-		a.log.Debug().Str("work_id", rc.GetWorkId()).Dur("requested_ms", timeout).Dur("max_ms", limit).Msg("clamping requested timeout")
-		timeout = limit
+	if rc.GetTimeoutMs() > limit.Milliseconds() {
+		a.log.Debug().Str("work_id", rc.GetWorkId()).Int64("requested_ms", rc.GetTimeoutMs()).Dur("max_ms", limit).Msg("clamping requested timeout")
 	}
 	return timeout
 }

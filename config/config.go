@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -135,6 +138,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			// 600 is not 600 ns, nor 600 s: say so rather than guess.
+			return fmt.Errorf("line %d: bad duration %q: a bare number has no unit; write it with one, e.g. %ss", n.Line, s, s)
+		}
 		return fmt.Errorf("line %d: bad duration %q: %w", n.Line, s, err)
 	}
 	if v < 0 {
@@ -221,51 +228,71 @@ func Load(path string) (*Config, error) {
 	return c, nil
 }
 
-// Validate checks ranges that YAML types cannot.
+// Ranges of the node config's numeric values (docs/config.md, "Ranges").
+var (
+	rangeGPUCount     = R(0, 64)
+	rangeIBPorts      = R(0, 64)
+	rangeIBRate       = R(0.0, 3200) // Gb/s per port: XDR is 800
+	rangeTempC        = R(0.0, 150)
+	rangeRetiredPages = R[uint64](0, 100_000)
+	rangeCounter      = R[uint64](0, math.MaxUint32) // IB and NVLink error counters are at most 32 bits
+	rangeLookback     = R(Duration(time.Minute), Duration(30*24*time.Hour))
+	rangeXid          = R(1, 9999)
+	rangeBusBW        = R(0.0, 10_000) // GB/s
+	rangeDeviation    = R(0.0, 0.99)
+	rangeDCGMLevel    = R(1, 4)
+	rangeToolTimeout  = R(Duration(time.Second), Duration(10*time.Minute))
+	rangeLongTimeout  = R(Duration(time.Second), Duration(12*time.Hour)) // nccl and dcgm level 4 run long
+)
+
+// Validate checks what YAML types cannot: every numeric value against its
+// range (reported all at once), actions and transports. Every error wraps
+// ErrInvalid.
 func (c *Config) Validate() error {
 	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrInvalid}, a...)...) }
-	// YAML accepts .nan and .inf; a NaN limit makes every comparison false,
-	// so the check it tunes would never fire.
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{
-		{"expect.ib_rate_gbps", c.Expect.IBRateGbps},
-		{"limits.gpu_temp_warn_c", c.Limits.GPUTempWarnC},
-		{"limits.gpu_temp_fail_c", c.Limits.GPUTempFailC},
-		{"limits.memory_temp_fail_c", c.Limits.MemoryTempFailC},
-		{"nccl.min_busbw_gbps", c.NCCL.MinBusBWGBps},
-		{"nccl.baseline_gbps", c.NCCL.BaselineGBps},
-		{"nccl.max_deviation", c.NCCL.MaxDeviation},
-	} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
-			return bad("%s must be a finite number >= 0, not %v", f.name, f.v)
+	l := c.Limits
+	errs := []error{
+		rangeGPUCount.Check("expect.gpu_count", c.Expect.GPUCount),
+		rangeIBPorts.Check("expect.ib_ports", c.Expect.IBPorts),
+		rangeIBRate.Check("expect.ib_rate_gbps", c.Expect.IBRateGbps),
+		rangeTempC.Check("limits.gpu_temp_warn_c", l.GPUTempWarnC),
+		rangeTempC.Check("limits.gpu_temp_fail_c", l.GPUTempFailC),
+		rangeTempC.Check("limits.memory_temp_fail_c", l.MemoryTempFailC),
+		rangeRetiredPages.Check("limits.retired_pages_max", l.RetiredPagesMax),
+		rangeCounter.Check("limits.nvlink_error_rise", l.NVLinkErrorRise),
+		rangeLookback.CheckOrZero("xid.lookback", c.Xid.Lookback),
+		rangeBusBW.Check("nccl.min_busbw_gbps", c.NCCL.MinBusBWGBps),
+		rangeBusBW.Check("nccl.baseline_gbps", c.NCCL.BaselineGBps),
+		rangeDeviation.Check("nccl.max_deviation", c.NCCL.MaxDeviation),
+		rangeDCGMLevel.CheckOrZero("tools.dcgm_level", c.Tools.DCGMLevel),
+		rangeToolTimeout.CheckOrZero("tools.timeout", c.Tools.Timeout),
+		rangeLongTimeout.CheckOrZero("tools.nccl_timeout", c.Tools.NCCLTimeout),
+		rangeLongTimeout.CheckOrZero("tools.dcgm_timeout", c.Tools.DCGMTimeout),
+	}
+	for _, m := range []struct {
+		key string
+		m   map[string]uint64
+	}{{"limits.ib_counter_rise", l.IBCounterRise}, {"limits.ib_counter_total", l.IBCounterTotal}} {
+		for _, k := range slices.Sorted(maps.Keys(m.m)) {
+			errs = append(errs, rangeCounter.Check(m.key+"."+k, m.m[k]))
 		}
 	}
-	if c.Expect.GPUCount < 0 {
-		return bad("expect.gpu_count must be >= 0")
+	for _, x := range slices.Sorted(maps.Keys(c.Xid.Overrides)) {
+		errs = append(errs, rangeXid.Check("xid.overrides key", x))
+		if a := c.Xid.Overrides[x]; !validAction(a) {
+			errs = append(errs, fmt.Errorf("xid.overrides[%d]: unknown action %q", x, a))
+		}
 	}
-	if c.Expect.IBRateGbps < 0 || c.Expect.IBPorts < 0 {
-		return bad("expect.ib_rate_gbps and expect.ib_ports must be >= 0")
-	}
-	if c.NCCL.MaxDeviation < 0 || c.NCCL.MaxDeviation >= 1 {
-		return bad("nccl.max_deviation must be in [0, 1)")
-	}
-	if c.NCCL.MinBusBWGBps < 0 || c.NCCL.BaselineGBps < 0 {
-		return bad("nccl bandwidths must be >= 0")
+	for _, x := range c.Xid.Ignore {
+		errs = append(errs, rangeXid.Check("xid.ignore item", x))
 	}
 	switch c.NCCL.ExpectTransport {
 	case "", "IB", "Socket":
 	default:
-		return bad("nccl.expect_transport must be IB or Socket, not %q", c.NCCL.ExpectTransport)
+		errs = append(errs, fmt.Errorf("nccl.expect_transport must be IB or Socket, not %q", c.NCCL.ExpectTransport))
 	}
-	for x, a := range c.Xid.Overrides {
-		if !validAction(a) {
-			return bad("xid.overrides[%d]: unknown action %q", x, a)
-		}
-	}
-	if c.Tools.DCGMLevel < 0 || c.Tools.DCGMLevel > 4 {
-		return bad("tools.dcgm_level must be 1..4 (0 means the default, 1)")
+	if err := errors.Join(errs...); err != nil {
+		return bad("%w", err)
 	}
 	return nil
 }

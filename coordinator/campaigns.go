@@ -18,7 +18,6 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"gopkg.in/yaml.v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -86,8 +85,9 @@ type BreakerConfig struct {
 //	  spec: {selector: "sku=h100", threshold: 0.3, drain: true}
 type SweepScheduleConfig struct {
 	Cron string `yaml:"cron"`
-	// Spec is a sweep.Spec in its JSON field names.
-	Spec map[string]any `yaml:"spec"`
+	// Spec is the sweep to run (sweep/spec.go), decoded as strictly as
+	// the rest of the file: durations as durations ("10m").
+	Spec sweep.Spec `yaml:"spec"`
 }
 
 // validateCampaigns checks the campaign sections of the config.
@@ -101,58 +101,25 @@ func (c Config) validateCampaigns() error {
 	if err := c.Drain.Policy.validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Breaker.Window < 0 || c.Breaker.MaxShare < 0 || c.Breaker.MaxShare > 1 || c.Breaker.MaxCount < 0 {
-		errs = append(errs, errors.New("breaker: window, max_share (0..1) and max_count must not be negative"))
-	}
+	errs = append(errs,
+		rangeBreakerWindow.CheckOrZero("breaker.window", c.Breaker.Window),
+		rangeBreakerShare.Check("breaker.max_share", c.Breaker.MaxShare),
+		rangeBreakerCount.Check("breaker.max_count", c.Breaker.MaxCount),
+		rangeSlurmTimeout.CheckOrZero("drain.slurm.timeout", c.Drain.Slurm.Timeout),
+		rangeEvictTimeout.CheckOrZero("drain.kubernetes.eviction_timeout", c.Drain.Kubernetes.EvictionTimeout))
 	if c.SweepSchedule != nil {
 		if _, err := cron.ParseStandard(c.SweepSchedule.Cron); err != nil {
 			errs = append(errs, fmt.Errorf("sweep_schedule.cron %q: %w", c.SweepSchedule.Cron, err))
 		}
-		if _, err := specFromMap(c.SweepSchedule.Spec); err != nil {
+		if err := c.SweepSchedule.Spec.WithDefaults().Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("sweep_schedule.spec: %w", err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// specFromMap reads a sweep spec given as YAML values, through JSON so the
-// engine's field names apply.
-func specFromMap(m map[string]any) (sweep.Spec, error) {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return sweep.Spec{}, fmt.Errorf("sweep spec: %w", err)
-	}
-	return parseSweepSpec(b)
-}
-
-// parseSweepSpec reads a sweep spec as JSON or YAML with the engine's
-// JSON field names; unknown fields are errors, and the engine validates.
-func parseSweepSpec(b []byte) (sweep.Spec, error) {
-	var spec sweep.Spec
-	if len(bytes.TrimSpace(b)) == 0 {
-		return spec, fmt.Errorf("%w: empty spec", sweep.ErrInvalidSpec)
-	}
-	if t := bytes.TrimSpace(b); t[0] != '{' {
-		var m map[string]any
-		if err := yaml.Unmarshal(b, &m); err != nil {
-			return spec, fmt.Errorf("%w: %w", sweep.ErrInvalidSpec, err)
-		}
-		var err error
-		if b, err = json.Marshal(m); err != nil {
-			return spec, fmt.Errorf("%w: %w", sweep.ErrInvalidSpec, err)
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return spec, fmt.Errorf("%w: %w", sweep.ErrInvalidSpec, err)
-	}
-	// Validate what the engine will run: the defaults filled in.
-	if err := spec.WithDefaults().Validate(); err != nil {
-		return spec, err
-	}
-	return spec, nil
-}
+// parseSweepSpec reads a sweep spec as YAML or JSON (sweep.ParseSpec).
+func parseSweepSpec(b []byte) (sweep.Spec, error) { return sweep.ParseSpec(b) }
 
 // newDrainAdapter builds the configured adapter.
 func newDrainAdapter(c DrainConfig) (drain.Adapter, error) {
@@ -294,10 +261,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 		c.log.Info().Strs("actions", p.Actions).Strs("codes", p.Codes).Str("adapter", c.policy.via).Msg("drain policy on")
 	}
 	if sc := s.cfg.SweepSchedule; sc != nil {
-		spec, err := specFromMap(sc.Spec)
-		if err != nil {
-			return nil, fmt.Errorf("sweep_schedule: %w", err)
-		}
+		spec := sc.Spec
 		c.cron = cron.New()
 		if _, err := c.cron.AddFunc(sc.Cron, func() { c.scheduledSweep(spec) }); err != nil {
 			return nil, fmt.Errorf("sweep_schedule.cron: %w", err)

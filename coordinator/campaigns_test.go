@@ -272,13 +272,13 @@ func TestCampaignConfig(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	cfg.SweepSchedule = &SweepScheduleConfig{Cron: "0 2 * * *", Spec: map[string]any{"selector": "sku=h100", "drain": true}}
+	cfg.SweepSchedule = &SweepScheduleConfig{Cron: "0 2 * * *", Spec: sweep.Spec{Selector: "sku=h100", Drain: true}}
 	cfg.Drain.Adapter = "slurm"
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("schedule: %v", err)
 	}
 	bad := cfg
-	bad.SweepSchedule = &SweepScheduleConfig{Cron: "every night", Spec: map[string]any{"thresold": 0.3}}
+	bad.SweepSchedule = &SweepScheduleConfig{Cron: "every night", Spec: sweep.Spec{Threshold: 1.5}}
 	bad.Drain.Adapter = "pbs"
 	err := bad.Validate()
 	for _, want := range []string{"sweep_schedule.cron", "sweep_schedule.spec", "drain.adapter"} {
@@ -299,7 +299,7 @@ func TestCampaignScheduleStartsAndStops(t *testing.T) {
 	cfg := Config{Listen: "127.0.0.1:0", HTTPListen: "off", DataDir: t.TempDir(), HeartbeatInterval: time.Second, Insecure: true,
 		Drain:         DrainConfig{Adapter: "none"},
 		Breaker:       BreakerConfig{MaxCount: 2},
-		SweepSchedule: &SweepScheduleConfig{Cron: "0 2 * * *", Spec: map[string]any{"selector": "sku=h100"}}}
+		SweepSchedule: &SweepScheduleConfig{Cron: "0 2 * * *", Spec: sweep.Spec{Selector: "sku=h100"}}}
 	s, err := New(cfg, Options{Logger: zerolog.Nop(), Fleet: f, CampaignClock: f.Clock()})
 	if err != nil {
 		t.Fatal(err)

@@ -94,6 +94,27 @@ const (
 	DefaultGossipName = "coordinator"
 )
 
+// Ranges of the coordinator config's numeric values
+// (docs/coordinator-config.md). Zero takes the default where one is noted.
+var (
+	// A century; far more would wrap the retention cutoff into the future
+	// and delete every result.
+	rangeRetentionDays = config.R(1, 36500)
+	rangeHeartbeat     = config.R(10*time.Millisecond, 10*time.Minute)
+	// Messages queued per agent stream: each slot is memory held for a
+	// slow agent, times the fleet.
+	rangeSendQueue    = config.R(1, 4096)
+	rangeBatchResults = config.R(1, 10_000)
+	// Results wait this long for company before their transaction: acks
+	// wait with them.
+	rangeBatchDelay    = config.R(time.Duration(0), 100*time.Millisecond)
+	rangeBreakerWindow = config.R(time.Minute, 7*24*time.Hour)
+	rangeBreakerShare  = config.R(0.0, 1)
+	rangeBreakerCount  = config.R(0, 100_000)
+	rangeSlurmTimeout  = config.R(time.Second, 10*time.Minute)
+	rangeEvictTimeout  = config.R(10*time.Second, time.Hour)
+)
+
 // WithDefaults returns the config with every unset field at its default.
 func (c Config) WithDefaults() Config {
 	if c.Listen == "" {
@@ -128,15 +149,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("http_listen %q: %w", c.HTTPListen, err))
 		}
 	}
-	if c.RetentionDays < 1 {
-		errs = append(errs, fmt.Errorf("retention_days %d: must be at least 1", c.RetentionDays))
-	}
-	if c.HeartbeatInterval < 10*time.Millisecond || c.HeartbeatInterval > 10*time.Minute {
-		errs = append(errs, fmt.Errorf("heartbeat_interval %s: must be between 10ms and 10m", c.HeartbeatInterval))
-	}
-	if c.SendQueue < 1 {
-		errs = append(errs, fmt.Errorf("send_queue %d: must be at least 1", c.SendQueue))
-	}
+	errs = append(errs,
+		rangeRetentionDays.Check("retention_days", c.RetentionDays),
+		rangeHeartbeat.Check("heartbeat_interval", c.HeartbeatInterval),
+		rangeSendQueue.Check("send_queue", c.SendQueue),
+		rangeBatchResults.CheckOrZero("batch.max_results", c.Batch.MaxResults),
+		rangeBatchDelay.Check("batch.delay", c.Batch.Delay))
 	switch {
 	case c.Insecure && c.TLS.set():
 		errs = append(errs, errors.New("insecure: true and tls: both set; choose one"))
@@ -146,9 +164,6 @@ func (c Config) Validate() error {
 		if err := pki.ValidateTrustDomain(c.TLS.TrustDomain); err != nil {
 			errs = append(errs, fmt.Errorf("tls.trust_domain: %w", err))
 		}
-	}
-	if c.Batch.MaxResults < 0 || c.Batch.Delay < 0 {
-		errs = append(errs, errors.New("batch: max_results and delay must not be negative"))
 	}
 	if err := c.validateCampaigns(); err != nil {
 		errs = append(errs, err)

@@ -85,8 +85,8 @@ const (
 )
 
 // policyDrainTimeout bounds one adapter call; a Kubernetes drain waits
-// for evictions (eviction_timeout, 5m by default) within it.
-const policyDrainTimeout = 15 * time.Minute
+// for evictions (drain.kubernetes.eviction_timeout, at most 1h) within it.
+const policyDrainTimeout = 75 * time.Minute
 
 // drainPolicy applies DrainPolicyConfig as results arrive: a node whose
 // newest result for some check has a finding the policy names is taken

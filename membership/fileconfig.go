@@ -64,6 +64,13 @@ func (f *FileConfig) Config(name string, meta Meta, keyring [][]byte) (Config, e
 	if !f.Enabled() {
 		return Config{}, fmt.Errorf("%w: gossip.bind is not set", ErrInvalidConfig)
 	}
+	if err := errors.Join(
+		config.R(config.Duration(time.Second), config.Duration(time.Hour)).CheckOrZero("gossip.rejoin_interval", f.RejoinInterval),
+		config.R(config.Duration(100*time.Millisecond), config.Duration(time.Minute)).CheckOrZero("gossip.probe_interval", f.ProbeInterval),
+		config.R(1, 64).CheckOrZero("gossip.suspicion_mult", f.SuspicionMult),
+	); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	c := Config{NodeName: name, Meta: meta, Join: append([]string(nil), f.Join...), ClusterLabel: f.ClusterLabel,
 		RejoinInterval: time.Duration(f.RejoinInterval), ProbeInterval: time.Duration(f.ProbeInterval), SuspicionMult: f.SuspicionMult}
 	var err error

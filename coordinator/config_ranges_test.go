@@ -1,0 +1,84 @@
+package coordinator
+
+import (
+	"errors"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/fleetcheck/fleetcheck/config"
+)
+
+var outOfRangeRE = regexp.MustCompile(`(\S+) (\S+) is out of range: must be within (\S+)`)
+
+// TestCoordinatorConfigRanges holds every numeric key of the coordinator
+// config, the scheduled sweep's spec with it, to the range
+// docs/coordinator-config.md gives.
+func TestCoordinatorConfigRanges(t *testing.T) {
+	t.Parallel()
+	const base = "data_dir: /var/lib/fleetcheck\ninsecure: true\n"
+	const sweep = "sweep_schedule: {cron: '0 2 * * *', spec: "
+	cases := []struct{ doc, yaml string }{
+		{"retention_days", "retention_days: 1000000000000"},
+		{"heartbeat_interval", "heartbeat_interval: 1ms"},
+		{"send_queue", "send_queue: 1000000000"},
+		{"batch.max_results", "batch: {max_results: 100000}"},
+		{"batch.delay", "batch: {delay: 10h}"},
+		{"breaker.window", "breaker: {window: 1s}"},
+		{"breaker.max_share", "breaker: {max_share: 1.5}"},
+		{"breaker.max_count", "breaker: {max_count: -1}"},
+		{"drain.slurm.timeout", "drain: {slurm: {timeout: 1h}}"},
+		{"drain.kubernetes.eviction_timeout", "drain: {kubernetes: {eviction_timeout: 1s}}"},
+		{"gossip.rejoin_interval", "gossip: {bind: 127.0.0.1, rejoin_interval: 500ms}"},
+		{"gossip.probe_interval", "gossip: {bind: 127.0.0.1, probe_interval: 2m}"},
+		{"gossip.suspicion_mult", "gossip: {bind: 127.0.0.1, suspicion_mult: -1}"},
+		{"sweep_schedule.spec.threshold", sweep + "{threshold: 1.5}}"},
+		{"sweep_schedule.spec.repeat.max_repeats", sweep + "{repeat: {max_repeats: 1000}}}"},
+		{"sweep_schedule.spec.repeat.band", sweep + "{threshold: 0.9, repeat: {band: 0.6}}}"},
+		{"sweep_schedule.spec.repeat.band_sigmas", sweep + "{repeat: {band_sigmas: .nan}}}"},
+		{"sweep_schedule.spec.budget.max_share", sweep + "{budget: {max_share: 2}}}"},
+		{"sweep_schedule.spec.budget.max_nodes", sweep + "{budget: {max_nodes: -1}}}"},
+		{"sweep_schedule.spec.budget.max_gpu_hours", sweep + "{budget: {max_gpu_hours: 1e9}}}"},
+		{"sweep_schedule.spec.budget.node_test_time", sweep + "{budget: {node_test_time: 48h}}}"},
+		{"sweep_schedule.spec.budget.cover_within_nights", sweep + "{budget: {cover_within_nights: 1000}}}"},
+		{"sweep_schedule.spec.concurrency", sweep + "{concurrency: -3}}"},
+		{"sweep_schedule.spec.test_timeout", sweep + "{test_timeout: 100ms}}"},
+		{"sweep_schedule.spec.connect_grace", sweep + "{connect_grace: 1s}}"},
+	}
+	doc, err := os.ReadFile("../docs/coordinator-config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered := map[string]bool{"sweep_schedule.spec.seed": true} // any value is a seed
+	for _, c := range cases {
+		covered[c.doc] = true
+		_, err := ParseConfig([]byte(base + c.yaml + "\n"))
+		if err == nil {
+			t.Errorf("%s: %q accepted", c.doc, c.yaml)
+			continue
+		}
+		key := strings.TrimPrefix(c.doc, "sweep_schedule.spec.")
+		m := outOfRangeRE.FindStringSubmatch(err.Error())
+		switch {
+		case !errors.Is(err, config.ErrOutOfRange):
+			t.Errorf("%s: %v does not wrap ErrOutOfRange", c.doc, err)
+		case m == nil || m[1] != key:
+			t.Errorf("%s: %q does not say key %s, value and range", c.doc, err, key)
+		default:
+			i := strings.Index(string(doc), "| `"+c.doc+"`")
+			if i < 0 {
+				t.Errorf("%s: no row in docs/coordinator-config.md", c.doc)
+				continue
+			}
+			if row, _, _ := strings.Cut(string(doc)[i:], "\n"); !strings.Contains(row, " "+m[3]) {
+				t.Errorf("%s: the code's range is %s; the doc says %q", c.doc, m[3], row)
+			}
+		}
+	}
+	for _, k := range config.NumericKeys(Config{}) {
+		if !covered[k] {
+			t.Errorf("numeric key %s has no range case (and maybe no range)", k)
+		}
+	}
+}
