@@ -24,7 +24,7 @@ var _ coordinator.Metrics = (*Coordinator)(nil)
 
 var (
 	descNodes = prometheus.NewDesc("fleetcheck_nodes",
-		"Known nodes by state (healthy, degraded, failed, unreachable, initializing, draining, drained).",
+		"Known nodes by state (healthy, degraded, failed, unreachable, left, initializing, draining, drained).",
 		[]string{"state"}, nil)
 	descConnected = prometheus.NewDesc("fleetcheck_agents_connected",
 		"Agents with an open stream.", nil, nil)
