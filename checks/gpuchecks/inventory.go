@@ -115,7 +115,8 @@ func (Inventory) Run(in checks.Input) checks.Result {
 		return res
 	}
 
-	unreachable(&res, st.Unreachable)
+	lost := withBusIDs(st, onBus)
+	unreachable(&res, lost)
 	switch n := len(st.GPUs); {
 	case want > 0 && n < want:
 		res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
@@ -131,7 +132,7 @@ func (Inventory) Run(in checks.Input) checks.Result {
 			Message: fmt.Sprintf("the driver shows no GPU, expected %s", exp)})
 	}
 
-	missingFromDriver(&res, st, onBus)
+	missingFromDriver(&res, st.GPUs, lost, onBus)
 	models(&res, st.GPUs, cfg.Expect.GPUModel)
 
 	if len(st.Errors) > 0 {
@@ -144,6 +145,51 @@ func (Inventory) Run(in checks.Input) checks.Result {
 			Message: fmt.Sprintf("%d GPU queries failed: %s", len(st.Errors), strings.Join(shown, "; "))})
 	}
 	return res
+}
+
+func orUnknownBus(u snapshot.UnreachableGPU) string {
+	if u.PCIBusID != "" {
+		return u.PCIBusID
+	}
+	return fmt.Sprintf("%d (bus id unknown)", u.Index)
+}
+
+// withBusIDs returns the unreachable GPUs, giving those without a bus id
+// (NVML could not get a handle, so it could not ask) the NVIDIA GPUs on the
+// PCI bus that no listed GPU holds, when there are exactly as many: both
+// are in PCI bus order.
+func withBusIDs(st *snapshot.GPUState, onBus []string) []snapshot.UnreachableGPU {
+	lost := append([]snapshot.UnreachableGPU(nil), st.Unreachable...)
+	var noBus []int
+	taken := map[string]bool{}
+	for i, u := range lost {
+		if u.PCIBusID == "" {
+			noBus = append(noBus, i)
+		} else {
+			taken[snapshot.NormalizeBusID(u.PCIBusID)] = true
+		}
+	}
+	if len(noBus) == 0 {
+		return lost
+	}
+	for _, g := range st.GPUs {
+		if g.PCIBusID == "" {
+			return lost // the lists cannot be matched
+		}
+		taken[snapshot.NormalizeBusID(g.PCIBusID)] = true
+	}
+	var free []string
+	for _, a := range onBus {
+		if !taken[a] {
+			free = append(free, a)
+		}
+	}
+	if len(free) == len(noBus) {
+		for k, i := range noBus {
+			lost[i].PCIBusID = free[k]
+		}
+	}
+	return lost
 }
 
 // unreachable fails each GPU nvidia-smi could not talk to.
@@ -159,22 +205,23 @@ func unreachable(res *checks.Result, lost []snapshot.UnreachableGPU) {
 		}
 		res.Add(report.Finding{Severity: report.SevFail, Component: comp, PCIBusID: u.PCIBusID,
 			Code: CodeGPUUnreachable, Action: report.ActionReboot,
-			Message: fmt.Sprintf("nvidia-smi cannot talk to GPU %s (%s): reboot the node; reseat or replace the GPU if it stays unreachable", u.PCIBusID, why)})
+			Message: fmt.Sprintf("the driver cannot talk to GPU %s (%s): reboot the node; reseat or replace the GPU if it stays unreachable", orUnknownBus(u), why)})
 	}
 }
 
 // missingFromDriver reports NVIDIA GPUs on the PCI bus that the driver does
 // not list. When the driver gives no bus id for some GPU the lists cannot be
 // matched one to one, so only the counts are compared.
-func missingFromDriver(res *checks.Result, st *snapshot.GPUState, onBus []string) {
+func missingFromDriver(res *checks.Result, gpus []snapshot.GPU, lost []snapshot.UnreachableGPU, onBus []string) {
 	if len(onBus) == 0 {
 		return
 	}
-	gpus := st.GPUs
-	known := make(map[string]bool, len(gpus)+len(st.Unreachable))
+	known := make(map[string]bool, len(gpus)+len(lost))
 	// An unreachable GPU has its own finding.
-	for _, u := range st.Unreachable {
-		known[snapshot.NormalizeBusID(u.PCIBusID)] = true
+	for _, u := range lost {
+		if u.PCIBusID != "" {
+			known[snapshot.NormalizeBusID(u.PCIBusID)] = true
+		}
 	}
 	matchable := true
 	for _, g := range gpus {
@@ -184,7 +231,7 @@ func missingFromDriver(res *checks.Result, st *snapshot.GPUState, onBus []string
 		known[snapshot.NormalizeBusID(g.PCIBusID)] = true
 	}
 	if !matchable {
-		if len(onBus) > len(gpus)+len(st.Unreachable) {
+		if len(onBus) > len(gpus)+len(lost) {
 			res.Add(report.Finding{Severity: report.SevFail, Component: checks.NodeComponent,
 				Code: CodeGPUMissingFromDriver, Action: report.ActionReseat,
 				Message: fmt.Sprintf("the PCI bus holds %d NVIDIA GPU(s), the driver shows %d", len(onBus), len(gpus))})

@@ -74,6 +74,12 @@ func TestInventory(t *testing.T) {
 			want:   report.Fail, findings: []string{"node GPU_COUNT_LOW reseat"}},
 		{name: "expect.gpu_count wins over labels", snap: node(gpu(0), gpu(1)), cfg: withCfg(func(c *config.Config) { c.Expect.GPUCount = 2 }),
 			labels: map[string]string{"nvidia.com/gpu.count": "8"}, want: report.Pass},
+		{name: "NVML: unreachable GPU without a bus id takes the free one on the bus", snap: withPCI(func() *snapshot.Snapshot {
+			s := node(gpu(0), gpu(1), gpu(3))
+			s.GPU.Unreachable = []snapshot.UnreachableGPU{{Index: 2, Error: "GPU2: DeviceGetHandleByIndex: ERROR_GPU_IS_LOST"}}
+			return s
+		}(), busFor(0, 1, 2, 3)),
+			want: report.Fail, findings: []string{"GPU2 GPU_UNREACHABLE reboot"}},
 		{name: "unreachable GPU among the others", snap: withPCI(func() *snapshot.Snapshot {
 			s := node(gpu(0), gpu(1), gpu(3))
 			s.GPU.Unreachable = []snapshot.UnreachableGPU{{PCIBusID: busFor(2)[0].Address, Index: -1, Error: "Unknown Error"}}

@@ -60,8 +60,15 @@ func Read(lib nvml.Interface) (*snapshot.GPUState, error) {
 		st.CUDAVersion = cudaVersion(v)
 	}
 	for i := 0; i < count; i++ {
+		failed := len(r.errs)
 		dev, ok := call(r, i, "DeviceGetHandleByIndex", func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByIndex(i) })
 		if !ok || dev == nil {
+			if len(r.errs) > failed {
+				// NVML counts the GPU but cannot talk to it (GPU_IS_LOST,
+				// UNKNOWN): what nvidia-smi prints as "Unable to determine
+				// the device handle". Its bus id is not known from here.
+				st.Unreachable = append(st.Unreachable, snapshot.UnreachableGPU{Index: i, Error: r.errs[len(r.errs)-1]})
+			}
 			continue
 		}
 		st.GPUs = append(st.GPUs, r.device(i, dev))

@@ -265,6 +265,10 @@ func TestReadNotSupportedAndErrors(t *testing.T) {
 	if len(st.Errors) != 1 || !strings.HasPrefix(st.Errors[0], "GPU5: DeviceGetHandleByIndex: ") {
 		t.Errorf("errors = %q", st.Errors)
 	}
+	// The lost GPU is named as unreachable (gpu.inventory fails it).
+	if len(st.Unreachable) != 1 || st.Unreachable[0].Index != 5 || !strings.Contains(st.Unreachable[0].Error, "DeviceGetHandleByIndex") {
+		t.Errorf("unreachable = %+v, want GPU5", st.Unreachable)
+	}
 }
 
 func TestReadDeviceCountFails(t *testing.T) {
