@@ -20,6 +20,17 @@ func WriteJSON(w io.Writer, v any) error {
 func WriteTable(w io.Writer, r *Report) error {
 	gpus, hcas := len(r.Inventory.GPUs), len(r.Inventory.HCAs)
 	head := fmt.Sprintf("node %s: %s", r.Node, strings.ToUpper(string(r.Status)))
+	// Skipped checks measured nothing: a pass with most of them skipped
+	// must not read as a clean bill of health.
+	skipped := 0
+	for _, c := range r.Checks {
+		if c.Status == Skip {
+			skipped++
+		}
+	}
+	if skipped > 0 {
+		head += fmt.Sprintf(" (%d of %d checks skipped)", skipped, len(r.Checks))
+	}
 	var inv []string
 	if r.Inventory.DriverVersion != "" {
 		inv = append(inv, "driver "+r.Inventory.DriverVersion)

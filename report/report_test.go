@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,28 @@ func TestFindingsByCause(t *testing.T) {
 	}
 	if results[0].Name != "ib.counters" || results[1].Findings[0].Code != "IB_PORTS_MISSING" {
 		t.Errorf("FindingsByCause modified its input")
+	}
+}
+
+// TestTableSaysHowManySkipped: a report that passes with checks skipped
+// says so in its first line.
+func TestTableSaysHowManySkipped(t *testing.T) {
+	t.Parallel()
+	r := Report{Node: "vm", Checks: []CheckResult{
+		{Name: "gpu.inventory", Status: Skip, Reason: "nvidia-smi not found"},
+		{Name: "gpu.xid", Status: Pass},
+		{Name: "ib.ports", Status: Skip, Reason: "no /sys/class/infiniband"},
+	}}
+	r.Summarize()
+	var b strings.Builder
+	if err := WriteTable(&b, &r); err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(b.String(), "\n")
+	if !strings.HasPrefix(first, "node vm: PASS (2 of 3 checks skipped)") {
+		t.Errorf("first line %q", first)
+	}
+	if !strings.Contains(b.String(), "gpu.inventory  skip    nvidia-smi not found") {
+		t.Errorf("skip row missing:\n%s", b.String())
 	}
 }
