@@ -71,8 +71,9 @@ func DefaultSuite(l Level, stress time.Duration) Suite {
 			Params:       map[string]string{"duration": stress.String()},
 			Timeout:      config.Duration(stress + stressMargin),
 			SampleChecks: []string{"gpu.thermal"}, SampleEvery: config.Duration(DefaultSampleEvery)}
+		// No parameters: an agent's multi_node.launcher_command fixes the
+		// sizes of a multi-node run, and agents refuse any sent.
 		pairs := Step{Name: "allreduce-pairs", Kind: StepPairs, Checks: []string{"nccl.allreduce"},
-			Params: map[string]string{"min_bytes": "1G", "max_bytes": "8G", "step_factor": "2"},
 			Rounds: DefaultRounds, Timeout: config.Duration(15 * time.Minute)}
 		return Suite{Name: "burnin.extended", Steps: []Step{passive, dcgm("3", time.Hour), sweep, pcie, stressStep, after, pairs}}
 	default:

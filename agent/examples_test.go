@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/burnin"
+	"github.com/fleetcheck/fleetcheck/checks/registry"
+	"github.com/fleetcheck/fleetcheck/drill"
+	"github.com/fleetcheck/fleetcheck/rollout"
+)
+
+// exampleAgent is examples/agent.yaml, loaded as the agent loads it.
+func exampleAgent(t *testing.T) *Config {
+	t.Helper()
+	c, err := LoadConfig("../examples/agent.yaml")
+	if err != nil {
+		t.Fatalf("examples/agent.yaml: %v", err)
+	}
+	return c
+}
+
+// admitter answers what the agent of a config would refuse in a request,
+// with the checks the agent itself makes: the same functions, not a copy.
+type admitter struct {
+	t   *testing.T
+	cfg *Config
+}
+
+func (a admitter) enabled(check string) bool {
+	for _, k := range a.cfg.enabledChecks(registry.All()) {
+		if k.Name() == check {
+			return true
+		}
+	}
+	return false
+}
+
+// checks fails for a requested run the agent would refuse or cut short.
+func (a admitter) checks(what string, names []string, params map[string]string, timeout time.Duration) {
+	a.t.Helper()
+	for _, n := range names {
+		if !a.enabled(n) {
+			a.t.Errorf("%s: check %q is not in the example agent's enabled_checks", what, n)
+		}
+	}
+	if why := admitParams(params, names); why != "" {
+		a.t.Errorf("%s: the example agent refuses the parameters: %s", what, why)
+	}
+	if max := time.Duration(a.cfg.Work.MaxTimeout); timeout > max {
+		a.t.Errorf("%s: asks for %s, the example agent's work.max_timeout %s cuts it short", what, timeout, max)
+	}
+}
+
+// action fails for an action request the agent would refuse or cut short.
+func (a admitter) action(what, name string, params map[string]string, timeout time.Duration) ActionConfig {
+	a.t.Helper()
+	ac, ok := a.cfg.Actions[name]
+	if !ok {
+		a.t.Errorf("%s: action %q is not in the example agent's actions", what, name)
+		return ac
+	}
+	if err := ac.checkParams(params); err != nil {
+		a.t.Errorf("%s: the example agent refuses action %s: %v", what, name, err)
+	}
+	if timeout > ac.timeout() {
+		a.t.Errorf("%s: asks for %s, action %s's timeout %s cuts it short", what, timeout, name, ac.timeout())
+	}
+	if ac.Disruptive && !slices.Contains(a.cfg.DisruptiveAllowedWhen, ActivityDrained) {
+		a.t.Errorf("%s: action %s is disruptive and the example agent never runs one on a drained node", what, name)
+	}
+	return ac
+}
+
+// TestExampleAgentServesBurnin runs every step of every built-in burn-in
+// level (at the default stress and at examples/burnin.yaml's) past the
+// example agent's own admission: each check enabled, each action
+// configured, each parameter accepted, no timeout cut.
+func TestExampleAgentServesBurnin(t *testing.T) {
+	t.Parallel()
+	a := admitter{t, exampleAgent(t)}
+	b, err := os.ReadFile("../examples/burnin.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := burnin.ParseSpec(b)
+	if err != nil {
+		t.Fatalf("examples/burnin.yaml: %v", err)
+	}
+	suites := []burnin.Suite{*ex.Suite}
+	for _, l := range []burnin.Level{burnin.Quick, burnin.Standard, burnin.Extended} {
+		suites = append(suites, burnin.DefaultSuite(l, 0))
+	}
+	actions := 0
+	for _, su := range suites {
+		for _, st := range su.Steps {
+			what := su.Name + "/" + st.Name
+			switch st.Kind {
+			case burnin.StepChecks:
+				a.checks(what, st.Checks, st.Params, time.Duration(st.Timeout))
+			case burnin.StepAction:
+				actions++
+				a.action(what, st.Action, st.Params, time.Duration(st.Timeout))
+			case burnin.StepPairs:
+				if a.cfg.MultiNode == nil {
+					t.Errorf("%s: the example agent has no multi_node section", what)
+				}
+				if !a.enabled("nccl.allreduce") {
+					t.Errorf("%s: nccl.allreduce is not enabled", what)
+				}
+				// admitMulti's rule: the launcher command fixes the sizes.
+				if len(st.Params) > 0 {
+					t.Errorf("%s: sends parameters %v; every agent refuses them in a multi-node run", what, st.Params)
+				}
+			default:
+				t.Errorf("%s: step kind %q this test does not know", what, st.Kind)
+			}
+			if len(st.SampleChecks) > 0 {
+				a.checks(what+" (samples)", st.SampleChecks, nil, time.Duration(st.SampleEvery))
+			}
+		}
+	}
+	if actions < 3 {
+		t.Errorf("only %d action steps in the built-in levels: the test lost its subject?", actions)
+	}
+}
+
+// TestExampleAgentServesDrill: examples/drill.yaml's fault and revert are
+// configured as a pair, both take its parameters, and what it watches is
+// enabled.
+func TestExampleAgentServesDrill(t *testing.T) {
+	t.Parallel()
+	a := admitter{t, exampleAgent(t)}
+	b, err := os.ReadFile("../examples/drill.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := drill.ParseSpec(b)
+	if err != nil {
+		t.Fatalf("examples/drill.yaml: %v", err)
+	}
+	fault := a.action("drill fault", d.Fault, d.Params, 0)
+	if fault.Revert != d.Revert {
+		t.Errorf("the agent reverts %s with %q, the drill with %q", d.Fault, fault.Revert, d.Revert)
+	}
+	if fault.Revert != "" && fault.RevertAfterDefault == 0 {
+		t.Logf("%s: no revert_after_default; the drill's revert_after applies", d.Fault)
+	}
+	rev := a.cfg.Actions[d.Revert]
+	a.action("drill revert", d.Revert, rev.only(d.Params), 0)
+	a.checks("drill watch", append([]string{d.Expect.Check}, d.Watch...), nil, time.Duration(d.PollInterval))
+}
+
+// TestExampleAgentServesRollout: examples/rollout.yaml's upgrade and
+// rollback actions take the versions it sends, and its validation checks
+// are enabled.
+func TestExampleAgentServesRollout(t *testing.T) {
+	t.Parallel()
+	a := admitter{t, exampleAgent(t)}
+	s, err := rollout.LoadSpec("../examples/rollout.yaml")
+	if err != nil {
+		t.Fatalf("examples/rollout.yaml: %v", err)
+	}
+	params := map[string]string{"version": s.Target.Driver}
+	if fm := s.Target.FabricManager; fm != "" && fm != "same" {
+		params["fabric_manager"] = fm
+	}
+	if s.Target.Firmware.VBIOS != "" {
+		params["vbios"] = s.Target.Firmware.VBIOS
+	}
+	a.action("rollout upgrade", s.Action, params, s.Deadlines.Upgrading.D())
+	// A rollback sends the node's previous driver: the one the sim fleet
+	// and the example matrix pin.
+	a.action("rollout rollback", s.RollbackAction, map[string]string{"version": "535.161.08"}, s.Deadlines.Upgrading.D())
+	a.checks("rollout validation", s.Validation.Checks, nil, s.Deadlines.Validating.D())
+}
