@@ -50,11 +50,15 @@ type RunOptions struct {
 // ActionResult is the outcome of an agent action (upgrade, rollback,
 // fault inject/revert). Actions are named in the agent's config; the
 // coordinator only sends the name and validated parameters.
+//
+// Burn-in stores it in its runs' JSON. Runs stored before the fields had
+// JSON names hold "OK", "Message", "Output": encoding/json matches names
+// without regard to case, so those still read back.
 type ActionResult struct {
-	OK      bool
-	Message string
+	OK      bool   `json:"ok"`
+	Message string `json:"message,omitempty"`
 	// Output is a bounded excerpt of what the action printed.
-	Output string
+	Output string `json:"output,omitempty"`
 }
 
 // Fleet is the coordinator as campaigns see it.

@@ -407,9 +407,24 @@ func TestRollback(t *testing.T) {
 	if err := h.eng.Rollback(h.ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	before := h.status(id)
 	s := h.runUntil(id, 300, settled)
 	if s.Phase != PhaseRolledBack || s.Counts[RolledBack] != 4 {
 		t.Fatalf("phase %s counts %v", s.Phase, s.Counts)
+	}
+	// The waves keep their nodes through a rollback: the canary is still
+	// one node, counted done once rolled back.
+	for _, st := range []*Status{before, s} {
+		size := 0
+		for _, w := range st.Waves {
+			size += w.Size
+		}
+		if len(st.Waves) == 0 || st.Waves[0].Size != 1 || size != 4 {
+			t.Errorf("%s: waves %+v, want the canary of 1 and 4 nodes in all", st.Phase, st.Waves)
+		}
+	}
+	if s.Waves[0].Done != 1 || s.Waves[0].Pending != 0 {
+		t.Errorf("rolled-back canary wave: %+v", s.Waves[0])
 	}
 	for _, name := range []string{"gpu-001", "gpu-004"} {
 		n := h.fleet.node(name)

@@ -130,7 +130,9 @@ func (e *Engine) Status(id string) (*Status, error) {
 			FromDriver: n.FromDriver, Reason: n.Reason, Evidence: n.Evidence, Hold: n.Hold, LastError: n.lastErr,
 			Baseline: n.Baseline, BaselineFrom: n.BaselineFrom, DrainedByUs: n.DrainedByUs, Upgrades: n.Upgrades,
 		})
-		if n.Wave >= len(s.Waves) || n.Op != opUpgrade {
+		// A wave keeps its nodes whatever they do: a rollback turns the
+		// op to rollback, and the node is still the canary it was.
+		if n.Wave >= len(s.Waves) {
 			continue
 		}
 		w := &s.Waves[n.Wave]

@@ -60,6 +60,10 @@ type Config struct {
 	NodesPerRack int    // default 4
 	NamePrefix   string // default "gpu-"
 	SKU          string // the sku label, default "h100"
+	// Kernel and VBIOS, when set, complete the nodes' inventory so that a
+	// compatibility matrix with kernel and VBIOS rules (examples/matrix.yaml)
+	// can judge them; unset, the matrix finds them unknown.
+	Kernel, VBIOS string
 	// IntraGBps is a healthy node's single-node busbw; InterGBps a healthy
 	// pair's 2-node busbw.
 	IntraGBps float64 // default 480
@@ -311,9 +315,11 @@ func (f *Fleet) Nodes(ctx context.Context, sel string) ([]campaign.Node, error) 
 // so baselines.SKUFromInventory names it h100-sxm-80g-x8-nvlink-ib400x8,
 // the SKU of the shipped reference baselines.
 func (f *Fleet) inventory() report.Inventory {
-	inv := report.Inventory{DriverVersion: "535.161.08", CUDAVersion: "12.2", RDMAStack: "MLNX_OFED 23.10-1.1.9.0"}
+	inv := report.Inventory{DriverVersion: "535.161.08", CUDAVersion: "12.2", RDMAStack: "MLNX_OFED 23.10-1.1.9.0",
+		Kernel: f.cfg.Kernel}
 	for i := range 8 {
-		inv.GPUs = append(inv.GPUs, report.GPU{Index: i, Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559})
+		inv.GPUs = append(inv.GPUs, report.GPU{Index: i, Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559,
+			VBIOSVersion: f.cfg.VBIOS})
 		inv.HCAs = append(inv.HCAs, report.HCA{Name: fmt.Sprintf("mlx5_%d", i), Model: "MT4129", FWVersion: "28.39.1002",
 			Ports: []report.Port{{Port: 1, State: "ACTIVE", PhysState: "LinkUp", RateGbps: 400, LinkLayer: "InfiniBand"}}})
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/burnin"
+	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/drill"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/rollout"
@@ -388,17 +389,32 @@ func newSweepCmd() *cobra.Command {
 }
 
 func sweepReportTable(w io.Writer, r sweep.Report) error {
-	fmt.Fprintf(w, "sweep %s: %s, %d nodes tested, %d passed, %d all_reduce runs\n", r.ID, r.State, r.Tested, len(r.Passed), r.AllReduceRuns)
+	fmt.Fprintf(w, "sweep %s: %s, %d nodes tested, %d passed, %d all_reduce runs, took %s\n", r.ID, r.State, r.Tested,
+		len(r.Passed), r.AllReduceRuns, config.FormatDuration(time.Duration(r.DurationS*float64(time.Second)).Round(time.Second)))
 	if r.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", r.Error)
 	}
-	fmt.Fprintln(w, "SUBJECT\tVERDICT\tDEVIATION\tREASON")
-	for _, v := range r.Verdicts {
-		fmt.Fprintf(w, "%s\t%s\t%.0f%%\t%s\n", v.Subject, v.Verdict, v.Deviation*100, v.Reason)
+	if len(r.Verdicts) == 0 {
+		fmt.Fprintln(w, "no slow node, pair or link")
+	} else {
+		fmt.Fprintln(w, "SUBJECT\tKIND\tVERDICT\tDEVIATION\tDRAIN\tREASON")
+		for _, v := range r.Verdicts {
+			dev := "-"
+			if v.Deviation > 0 {
+				dev = fmt.Sprintf("%.0f%%", v.Deviation*100)
+			}
+			drained := "-"
+			if v.Drain != nil {
+				drained = string(*v.Drain)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Subject, orDash(v.SubjectKind), v.Verdict, dev, drained, orDash(v.Reason))
+		}
 	}
-	for _, s := range r.Skipped {
-		b, _ := json.Marshal(s)
-		fmt.Fprintf(w, "skipped\t%s\n", b)
+	if len(r.Skipped) > 0 {
+		fmt.Fprintln(w, "SKIPPED\tREASON")
+		for _, s := range r.Skipped {
+			fmt.Fprintf(w, "%s\t%s\n", s.Node, orDash(s.Reason))
+		}
 	}
 	return nil
 }
@@ -513,6 +529,9 @@ func newRolloutCmd() *cobra.Command {
 					return err
 				}
 				return printDoc(cmd.OutOrStdout(), f, doc.GetBody(), func(w io.Writer, s rollout.Status) error {
+					if a.verb == "rollback" {
+						rollbackLine(w, s)
+					}
 					return rolloutStatusTable(w, cmd.OutOrStdout(), s)
 				})
 			})
@@ -521,6 +540,22 @@ func newRolloutCmd() *cobra.Command {
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// rollbackLine says what a rollback took on: each upgraded node and the
+// driver it goes back to.
+func rollbackLine(w io.Writer, s rollout.Status) {
+	var back []string
+	for _, n := range s.Nodes {
+		if n.Op == "rollback" {
+			back = append(back, n.Node+" to "+orDash(n.FromDriver))
+		}
+	}
+	if len(back) == 0 {
+		fmt.Fprintf(w, "rollout %s: no upgraded node to roll back\n", s.ID)
+		return
+	}
+	fmt.Fprintf(w, "rollout %s: rolling back %d nodes: %s\n", s.ID, len(back), strings.Join(back, ", "))
 }
 
 func rolloutStatusTable(w, term io.Writer, s rollout.Status) error {
@@ -667,6 +702,24 @@ func burninStatusTable(term io.Writer) func(io.Writer, []burnin.CampaignStatus) 
 	}
 }
 
+// burninNodesTable is one line per node: the step it runs (or how far
+// it got), where it is, and why it waits or was rejected.
+func burninNodesTable(w io.Writer, s burnin.CampaignStatus) error {
+	if len(s.NodeStates) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "NODE\tSTEP\tSTATE\tVERDICT\tREASON")
+	for _, n := range s.NodeStates {
+		step := n.Step
+		if step == "" && n.Steps > 0 {
+			step = fmt.Sprintf("%d/%d steps", n.StepsDone, n.Steps)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(step), n.State, orDash(string(n.Verdict)),
+			orDash(firstNonEmpty(n.Reason, n.Waiting)))
+	}
+	return nil
+}
+
 func newBurninCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "burnin", Short: "Burn-in campaigns for new or repaired nodes: start, status, list, report, cancel"}
 	cmd.AddCommand(specStartCmd("burnin", "Start a burn-in campaign from burnin.yaml",
@@ -683,10 +736,7 @@ func newBurninCmd() *cobra.Command {
 					if err := burninStatusTable(cmd.OutOrStdout())(w, []burnin.CampaignStatus{s}); err != nil {
 						return err
 					}
-					for n, why := range s.Waiting {
-						fmt.Fprintf(w, "waiting\t%s\t%s\n", n, why)
-					}
-					return nil
+					return burninNodesTable(w, s)
 				})
 			})
 		}),
@@ -730,19 +780,26 @@ func newBurninReportCmd() *cobra.Command {
 				return err
 			}
 			return printDoc(w, f, doc.GetBody(), func(w io.Writer, r burnin.Report) error {
-				if err := burninStatusTable(cmd.OutOrStdout())(w, []burnin.CampaignStatus{r.Campaign}); err != nil {
-					return err
-				}
-				fmt.Fprintln(w, "NODE\tSKU\tSTATE\tVERDICT\tNOTE")
-				for _, n := range r.Nodes {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(n.SKU), n.State, orDash(string(n.Verdict)), orDash(n.Note))
-				}
-				return nil
+				return burninReportTable(w, cmd.OutOrStdout(), r)
 			})
 		})
 	})
 	cmd.Flags().StringVar(&outTo, "out", "", "write to FILE instead of stdout")
 	return cmd
+}
+
+// burninReportTable is the campaign's line, then each node's verdict and
+// why it was rejected.
+func burninReportTable(w, term io.Writer, r burnin.Report) error {
+	if err := burninStatusTable(term)(w, []burnin.CampaignStatus{r.Campaign}); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "NODE\tSKU\tSTATE\tVERDICT\tREASON")
+	for _, n := range r.Nodes {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(n.SKU), n.State, orDash(string(n.Verdict)),
+			orDash(firstNonEmpty(n.Reason, n.Note)))
+	}
+	return nil
 }
 
 // specStartCmd is `VERB start -f SPEC`.

@@ -666,7 +666,8 @@ who: alice@example.com
 	if st.State != "done" || st.Accepted != 2 || st.Rejected != 1 || st.RunsDone != 6 {
 		t.Fatalf("finished burn-in: %+v", st)
 	}
-	if out := f.cli("burnin", "status", id); !e2eHasLine(out, id+`\s+r14-delivery\s+done\s+done\s+quick\s+3\s+2\s+1\s+6/6`) {
+	if out := f.cli("burnin", "status", id); !e2eHasLine(out, id+`\s+r14-delivery\s+done\s+done\s+quick\s+3\s+2\s+1\s+6/6`) ||
+		!e2eHasLine(out, `^gpu-003\s+\S+ steps\s+done\s+rejected\s+\S.*mlx5_4`) || !e2eHasLine(out, `^gpu-001\s+\S+ steps\s+done\s+accepted\s+-$`) {
 		t.Errorf("burnin status table:\n%s", out)
 	}
 
@@ -699,7 +700,7 @@ who: alice@example.com
 		t.Errorf("rejected gpu-003 is not left drained by the campaign: %+v", ds)
 	}
 	out := f.cli("burnin", "report", id)
-	if !e2eHasLine(out, `gpu-003\s+\S+\s+done\s+rejected`) || !e2eHasLine(out, `gpu-001\s+\S+\s+done\s+accepted`) {
+	if !e2eHasLine(out, `gpu-003\s+\S+\s+done\s+rejected\s+\S.*mlx5_4`) || !e2eHasLine(out, `gpu-001\s+\S+\s+done\s+accepted`) {
 		t.Errorf("burnin report table:\n%s", out)
 	}
 	html := filepath.Join(t.TempDir(), "acceptance.html")
@@ -974,7 +975,9 @@ func TestRolloutVerbsEndToEnd(t *testing.T) {
 	}
 
 	// Rollback: every node back on its previous driver.
-	f.cli("rollout", "rollback", id)
+	if out := f.cli("rollout", "rollback", id); !strings.Contains(out, "rolling back 3 nodes: gpu-001 to "+e2eFromDriver+", gpu-002 to ") {
+		t.Errorf("rollout rollback printed:\n%s", out)
+	}
 	st = f.waitPhase(id, "rolled-back")
 	for _, name := range []string{"gpu-001", "gpu-002", "gpu-003"} {
 		if n := st.node(name); n.State != "rolled-back" {
@@ -988,7 +991,9 @@ func TestRolloutVerbsEndToEnd(t *testing.T) {
 		}
 	}
 	// Every node is settled: the progress says so.
-	if out := f.cli("rollout", "status", id); !strings.Contains(out, ": rolled-back, wave 1, 3/3, unavailable 0/2 of fleet") {
+	// The waves keep their nodes: the canary is still one.
+	if out := f.cli("rollout", "status", id); !strings.Contains(out, ": rolled-back, wave 1, 3/3, unavailable 0/2 of fleet") ||
+		!e2eHasLine(out, `^0\s+canary\s+\S+\s+1\s+`) || !e2eHasLine(out, `^1\s+wave 1\s+\S+\s+2\s+`) {
 		t.Errorf("rolled-back rollout's status table:\n%s", out)
 	}
 	// A finished rollout takes no more orders.

@@ -279,12 +279,19 @@ func newResultsCmd() *cobra.Command {
 	var node, check string
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "results --node NODE [--check CHECK] [--limit N]",
+		Use:   "results NODE [--check CHECK] [--limit N]",
 		Short: "Show a node's stored check results, newest first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// The node is the argument (results gpu-003); --node still works.
+			if len(args) == 1 {
+				if node != "" && node != args[0] {
+					return fmt.Errorf("node %q and --node %q: give one", args[0], node)
+				}
+				node = args[0]
+			}
 			if node == "" {
-				return errors.New("--node is required")
+				return errors.New("which node? fleetcheck results NODE")
 			}
 			if limit < 1 || limit > 10000 {
 				return fmt.Errorf("--limit %d: want 1..10000", limit)
@@ -320,7 +327,7 @@ func newResultsCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().StringVar(&node, "node", "", "the node (required)")
+	cmd.Flags().StringVar(&node, "node", "", "the node (instead of the argument)")
 	cmd.Flags().StringVar(&check, "check", "", "only this check")
 	cmd.Flags().IntVar(&limit, "limit", 50, "at most this many rows")
 	return cmd

@@ -1,0 +1,99 @@
+package coordinator
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+// configKeys lists every YAML key of the coordinator config as a dotted
+// path ("drain.slurm.timeout"), walking nested sections.
+func configKeys(t reflect.Type, prefix string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" || name == "-" || !f.IsExported() {
+			continue
+		}
+		path := prefix + name
+		out = append(out, path)
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && ft.PkgPath() != "time" {
+			out = append(out, configKeys(ft, path+".")...)
+		}
+	}
+	return out
+}
+
+// lookup reports whether a dotted path is set in a decoded YAML document.
+func lookup(doc map[string]any, path string) bool {
+	var cur any = doc
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		if cur, ok = m[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// TestExampleConfigComplete: examples/coordinator.yaml loads with the
+// strict loader and sets every key the config has, so it shows an
+// operator all of them.
+func TestExampleConfigComplete(t *testing.T) {
+	t.Parallel()
+	const path = "../examples/coordinator.yaml"
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if c.Drain.Adapter != "slurm" || !c.Gossip.Enabled() || c.SweepSchedule == nil {
+		t.Errorf("%s not read whole: %+v", path, c)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	keys := configKeys(reflect.TypeOf(Config{}), "")
+	if len(keys) < 30 {
+		t.Fatalf("only %d keys found: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if !lookup(doc, k) {
+			t.Errorf("%s does not set %s", path, k)
+		}
+	}
+}
+
+// TestConfigReference: docs/coordinator-config.md names every key of the
+// config by its dotted path, in backticks.
+func TestConfigReference(t *testing.T) {
+	t.Parallel()
+	const page = "../docs/coordinator-config.md"
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range configKeys(reflect.TypeOf(Config{}), "") {
+		if !strings.Contains(string(b), "`"+k+"`") {
+			t.Errorf("%s does not document `%s`", page, k)
+		}
+	}
+}
