@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fleetcheck/fleetcheck/sweep"
 )
 
 // configKeys lists every YAML key of the coordinator config as a dotted
@@ -28,7 +30,9 @@ func configKeys(t reflect.Type, prefix string) []string {
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
-		if ft.Kind() == reflect.Struct && ft.PkgPath() != "time" {
+		// A sweep spec's keys are docs/sweep.md's, held to the spec by
+		// sweep's own test; here it is one key.
+		if ft.Kind() == reflect.Struct && ft.PkgPath() != "time" && ft != reflect.TypeOf(sweep.Spec{}) {
 			out = append(out, configKeys(ft, path+".")...)
 		}
 	}
