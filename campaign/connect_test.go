@@ -1,11 +1,13 @@
 package campaign_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/report"
 )
 
 // TestConnectGraceCoversAgentBackoff: after a coordinator restart an agent
@@ -52,5 +54,44 @@ func TestConnectWaits(t *testing.T) {
 	w.Done("c/n1")
 	if !w.Since("c/n1").IsZero() {
 		t.Fatal("Done kept the wait")
+	}
+}
+
+func TestMissingData(t *testing.T) {
+	t.Parallel()
+	gpus := report.Inventory{GPUs: []report.GPU{{Index: 0}}}
+	hcas := report.Inventory{GPUs: gpus.GPUs, HCAs: []report.HCA{{Name: "mlx5_0"}}}
+	chk := func(name string, st report.Status) report.CheckResult {
+		return report.CheckResult{Name: name, Status: st, Reason: "source absent"}
+	}
+	for _, tc := range []struct {
+		name    string
+		rep     *report.Report
+		hasHCAs bool
+		want    []string
+	}{
+		{"healthy", &report.Report{Inventory: gpus, Checks: []report.CheckResult{chk("gpu.inventory", report.Pass), chk("gpu.fabric", report.Skip)}}, false, nil},
+		{"gpu check skipped", &report.Report{Inventory: gpus, Checks: []report.CheckResult{chk("gpu.xid", report.Skip)}}, false,
+			[]string{"gpu.xid skipped where data was expected: source absent"}},
+		{"ib skipped without HCAs", &report.Report{Inventory: gpus, Checks: []report.CheckResult{chk("ib.ports", report.Skip)}}, false, nil},
+		{"ib skipped on a node with HCAs", &report.Report{Inventory: gpus, Checks: []report.CheckResult{chk("ib.ports", report.Skip)}}, true,
+			[]string{"ib.ports skipped where data was expected: source absent"}},
+		{"ib skipped, HCAs in the report", &report.Report{Inventory: hcas, Checks: []report.CheckResult{chk("ib.counters", report.Skip)}}, false,
+			[]string{"ib.counters skipped where data was expected: source absent"}},
+		{"no GPU seen", &report.Report{Checks: []report.CheckResult{chk("gpu.inventory", report.Pass)}}, false,
+			[]string{"nothing measured: the report shows no GPU"}},
+		{"no GPU asked", &report.Report{Checks: []report.CheckResult{chk("nccl.allreduce", report.Pass)}}, false, nil},
+		{"no report", nil, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var got []string
+			for _, m := range campaign.MissingData(tc.rep, tc.hasHCAs) {
+				got = append(got, m.String())
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

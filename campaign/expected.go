@@ -19,7 +19,13 @@ type Missing struct {
 	Reason string
 }
 
+// noGPU is the Missing.Check of a report that saw no GPU at all.
+const noGPU = "inventory"
+
 func (m Missing) String() string {
+	if m.Check == noGPU {
+		return "nothing measured: " + m.Reason
+	}
 	if m.Reason == "" {
 		return m.Check + " skipped where data was expected"
 	}
@@ -55,19 +61,7 @@ func MissingData(rep *report.Report, hasHCAs bool) []Missing {
 		gpuAsked = gpuAsked || c.Name == "gpu.inventory"
 	}
 	if gpuAsked && len(rep.Inventory.GPUs) == 0 {
-		out = append(out, Missing{Check: "inventory", Reason: "the report shows no GPU: nothing was measured"})
+		out = append(out, Missing{Check: noGPU, Reason: "the report shows no GPU"})
 	}
 	return out
-}
-
-// MissingSummary joins MissingData for one line of evidence.
-func MissingSummary(ms []Missing) string {
-	s := ""
-	for i, m := range ms {
-		if i > 0 {
-			s += "; "
-		}
-		s += m.String()
-	}
-	return s
 }

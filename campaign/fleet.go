@@ -99,3 +99,24 @@ func (WallClock) Now() time.Time { return time.Now() }
 
 // After is time.After.
 func (WallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Observation is one check result an agent reported on its own schedule,
+// with when it ran.
+type Observation struct {
+	Check report.CheckResult
+	At    time.Time
+}
+
+// Observer is a Fleet that keeps what agents report on their own
+// schedule (the coordinator's stored results). Drills time detection by
+// it: a fault is detected when the fleet's normal monitoring shows it,
+// not when the drill asks for a check the moment after injecting.
+type Observer interface {
+	// Observed returns, for each named check, the node's latest result
+	// its agent ran on its own (not on a campaign's request) that finished
+	// at or after since; checks with none are left out.
+	Observed(ctx context.Context, node string, checks []string, since time.Time) ([]Observation, error)
+	// CheckInterval is how often the node's agent runs its checks on its
+	// own, as its latest results show (0: not known yet).
+	CheckInterval(ctx context.Context, node string) (time.Duration, error)
+}

@@ -20,6 +20,8 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/campaign/campaigndb"
+	"github.com/fleetcheck/fleetcheck/checks/registry"
+	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/drain"
 	"github.com/fleetcheck/fleetcheck/report"
 )
@@ -76,6 +78,9 @@ type Engine struct {
 	drive   sync.Mutex
 	startMu sync.Mutex
 	seq     atomic.Int64
+	// waits: agents found not connected (drill/node), given the connect
+	// grace before they count against the drill.
+	waits campaign.ConnectWaits
 }
 
 // NewEngine creates the drill_ tables when missing and returns an engine.
@@ -488,9 +493,19 @@ func (e *Engine) unexpected(ctx context.Context, d *Drill) (string, error) {
 		targets[t.Node] = true
 	}
 	var bad []string
+	now, grace := e.clock.Now(), d.Spec.connectGrace()
 	for _, n := range all {
+		key := d.ID + "/fleet/" + n.Name // targets wait under their own key
 		if targets[n.Name] || slices.Contains(d.Degraded, n.Name) || !degraded(n) {
+			e.waits.Done(key)
 			continue
+		}
+		if !n.Connected && n.State != "failed" && n.State != "degraded" {
+			// Only away: after a coordinator restart every agent
+			// reconnects with backoff. It counts once the grace is over.
+			if _, over := e.waits.Wait(key, now, grace); !over {
+				continue
+			}
 		}
 		bad = append(bad, fmt.Sprintf("%s is %s", n.Name, nodeCondition(n)))
 	}
@@ -602,6 +617,9 @@ func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
 		if err := e.save(ctx, d, t, ""); err != nil {
 			return err
 		}
+		if wait, err := e.awaitAgent(ctx, d, t, now, poll); wait || err != nil {
+			return err
+		}
 		rep, err := e.fleet.RunChecks(ctx, t.Node, spec.Watch, campaign.RunOptions{Timeout: poll})
 		if ctx.Err() != nil {
 			return nil
@@ -613,12 +631,18 @@ func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
 			return e.save(ctx, d, t, "not injected: precheck failed: "+err.Error())
 		}
 		t.Precheck = snapshot(rep)
-		if pre, ok := t.Precheck[spec.Expect.Check]; !ok || rank(pre.Status) > rank(report.Pass) {
+		if pre, ok := t.Precheck[spec.Expect.Check]; !ok || pre.Status != report.Pass {
 			st := report.Status("missing")
 			if ok {
 				st = pre.Status
 			}
 			msg := fmt.Sprintf("%s was %s before injection: a detection could not be told from what was already there", spec.Expect.Check, st)
+			if st == report.Skip {
+				// Where data was expected, a skip is inconclusive: the check
+				// could not have seen the fault.
+				msg = fmt.Sprintf("%s skipped before injection (%s): it could not see the fault, the drill would measure nothing",
+					spec.Expect.Check, orText(rep.Check(spec.Expect.Check).Reason, "no reason given"))
+			}
 			t.add(FindingUnhealthyBefore, "fail", msg, now)
 			t.Aborted, t.AbortReason, t.State = true, msg, TargetDone
 			return e.save(ctx, d, t, "not injected: "+msg)
@@ -645,6 +669,7 @@ func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
 		}
 		t.InjectedAt = now
 		t.State, t.NextAt = TargetWatching, now
+		e.noteInterval(ctx, t)
 		log.Info().Str("fault", spec.Fault).Msg("fault injected")
 		return e.save(ctx, d, t, "injected: "+res.Message)
 
@@ -656,7 +681,13 @@ func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
 		return e.save(ctx, d, t, "resumed after a restart during injection: assuming the fault is in place")
 
 	case TargetWatching:
-		rep, err := e.fleet.RunChecks(ctx, t.Node, spec.Watch, campaign.RunOptions{Timeout: poll})
+		if wait, err := e.awaitAgent(ctx, d, t, now, poll); wait || err != nil {
+			return err
+		}
+		if t.CheckInterval == 0 {
+			e.noteInterval(ctx, t) // an agent that just started had too few results
+		}
+		obs, err := e.watch(ctx, d, t, t.InjectedAt, poll)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -664,14 +695,11 @@ func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
 		t.Polls++
 		if err != nil {
 			t.LastError = err.Error()
-			if errors.Is(err, campaign.ErrUnreachable) {
-				return e.abortTarget(ctx, d, t, "target unreachable while watching: "+err.Error(), now)
-			}
 			t.NextAt = e.nextPoll(t, now, poll, deadline)
 			return e.save(ctx, d, t, "")
 		}
 		t.LastError = ""
-		newDet := e.detect(d, t, rep, now)
+		newDet := e.detect(d, t, obs, now)
 		expectedNow := t.ExpectedDetected
 		switch {
 		case t.DetectedAt.IsZero():
@@ -758,7 +786,11 @@ func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
 				limit = maxTime(limit, t.InjectedAt.Add(time.Duration(spec.RevertAfter)).Add(time.Duration(spec.PollInterval)))
 			}
 		}
-		rep, err := e.fleet.RunChecks(ctx, t.Node, spec.Watch, campaign.RunOptions{Timeout: poll})
+		from := t.RevertedAt
+		if from.IsZero() {
+			from = t.RevertStartedAt
+		}
+		obs, err := e.watch(ctx, d, t, from, poll)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -766,7 +798,7 @@ func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
 		t.Polls++
 		if err == nil {
 			t.LastError = ""
-			if at, ok := e.recovered(t, rep, now); ok {
+			if at, ok := e.recovered(d, t, obs); ok {
 				t.RecoveredAt = at
 				t.State = TargetDone
 				if err := e.noteUnexpectedDrain(ctx, t, now); err != nil {
@@ -852,21 +884,55 @@ func actionError(res campaign.ActionResult, err error) string {
 	return "the action reported failure"
 }
 
-// outOfService asks the drain adapter, and the coordinator's node state.
+// outOfService reads the node's drain state as the coordinator exposes it
+// (its drain policy's drains, with who and why), then the drain adapter
+// (a scheduler's own drain).
 func (e *Engine) outOfService(ctx context.Context, node string) (bool, string, error) {
+	n, known, nerr := campaign.LookupNode(ctx, e.fleet, node)
+	if nerr == nil && known {
+		switch {
+		case n.OutOfService:
+			return true, orText(n.OutOfServiceReason, "node "+orText(n.State, "out of service")), nil
+		case n.State == "draining" || n.State == "drained":
+			return true, "node state " + n.State, nil
+		}
+	}
 	st, err := e.drain.Status(ctx, node)
 	if err == nil && st.Drained {
 		return true, orText(st.Reason, "drained"), nil
 	}
-	ns, nerr := e.fleet.Nodes(ctx, "name="+node)
-	if nerr == nil {
-		for _, n := range ns {
-			if n.Name == node && (n.State == "draining" || n.State == "drained") {
-				return true, "node state " + n.State, nil
-			}
-		}
-	}
 	return false, "", errors.Join(err, nerr)
+}
+
+// awaitAgent asks the fleet now whether the target's agent is connected.
+// One that is not is waited for (the connect grace: it may be reconnecting
+// after a coordinator restart) before the target is aborted as
+// unreachable. It reports whether the target waits.
+func (e *Engine) awaitAgent(ctx context.Context, d *Drill, t *Target, now time.Time, poll time.Duration) (bool, error) {
+	key := d.ID + "/" + t.Node
+	n, known, err := campaign.LookupNode(ctx, e.fleet, t.Node)
+	if err != nil {
+		t.LastError = err.Error()
+		t.NextAt = now.Add(poll)
+		return true, e.save(ctx, d, t, "")
+	}
+	if known && n.Connected {
+		e.waits.Done(key)
+		return false, nil
+	}
+	grace := d.Spec.connectGrace()
+	since, over := e.waits.Wait(key, now, grace)
+	if over {
+		e.waits.Done(key)
+		return true, e.abortTarget(ctx, d, t, campaign.GaveUpNote(grace)+" (target unreachable)", now)
+	}
+	what := ""
+	if since.Equal(now) {
+		what = fmt.Sprintf("agent not connected: waiting up to %v for it to reconnect", grace)
+	}
+	t.LastError = campaign.WaitingNote(since, grace)
+	t.NextAt = minTime(now.Add(min(poll, grace)), since.Add(grace))
+	return true, e.save(ctx, d, t, what)
 }
 
 // noteUnexpectedDrain records a node taken out of service although the
@@ -942,21 +1008,89 @@ func collected(rep *report.Report, from, now time.Time) (time.Time, bool) {
 	return at, true
 }
 
+// observation is one watched check's result and when it ran.
+type observation struct {
+	c  report.CheckResult
+	at time.Time
+}
+
+// watch reads the watched checks as they were after from. Checks the
+// agent runs on its own schedule are read from what it reported, when
+// the fleet keeps that (campaign.Observer): a detection is then timed by
+// the first result that shows the fault, as the fleet's monitoring sees
+// it, not by a check the drill asked for the moment after injecting. The
+// others (disruptive ones) run on request.
+func (e *Engine) watch(ctx context.Context, d *Drill, t *Target, from time.Time, poll time.Duration) ([]observation, error) {
+	var obs []observation
+	onDemand := d.Spec.Watch
+	if o, ok := e.fleet.(campaign.Observer); ok {
+		var own []string
+		onDemand = nil
+		for _, c := range d.Spec.Watch {
+			if scheduledCheck(c) {
+				own = append(own, c)
+			} else {
+				onDemand = append(onDemand, c)
+			}
+		}
+		if len(own) > 0 {
+			got, err := o.Observed(ctx, t.Node, own, from)
+			if err != nil {
+				return nil, err
+			}
+			for _, g := range got {
+				if !g.At.Before(from) {
+					obs = append(obs, observation{c: g.Check, at: g.At})
+				}
+			}
+		}
+	}
+	if len(onDemand) > 0 {
+		rep, err := e.fleet.RunChecks(ctx, t.Node, onDemand, campaign.RunOptions{Timeout: poll})
+		if err != nil {
+			return obs, err
+		}
+		if at, fresh := collected(rep, from, e.clock.Now()); fresh {
+			for _, c := range rep.Checks {
+				obs = append(obs, observation{c: c, at: at})
+			}
+		}
+	}
+	return obs, nil
+}
+
+// noteInterval records how often the target's agent runs its checks on
+// its own, when the fleet can tell.
+func (e *Engine) noteInterval(ctx context.Context, t *Target) {
+	if o, ok := e.fleet.(campaign.Observer); ok {
+		if iv, err := o.CheckInterval(ctx, t.Node); err == nil && iv > 0 {
+			t.CheckInterval = config.Duration(iv)
+		}
+	}
+}
+
+// scheduledCheck: agents run the passive checks on their own schedule.
+func scheduledCheck(name string) bool {
+	for _, c := range registry.All() {
+		if c.Name() == name {
+			return !c.Disruptive()
+		}
+	}
+	return false
+}
+
 // detect compares a watch poll with the precheck and records the first
 // detection of each check: a status worse than before (warn or fail), or
 // a finding code not seen before. The expected check must match
 // expect.code when one is set. It returns an event text for new ones.
-func (e *Engine) detect(d *Drill, t *Target, rep *report.Report, now time.Time) string {
-	at, fresh := collected(rep, t.InjectedAt, now)
-	if !fresh {
-		return ""
-	}
+func (e *Engine) detect(d *Drill, t *Target, obs []observation, now time.Time) string {
 	seen := map[string]bool{}
 	for _, det := range t.Detections {
 		seen[det.Check] = true
 	}
 	var news []string
-	for _, c := range rep.Checks {
+	for _, ob := range obs {
+		c, at := ob.c, ob.at
 		if seen[c.Name] || rank(c.Status) < rank(report.Warn) {
 			continue
 		}
@@ -979,6 +1113,9 @@ func (e *Engine) detect(d *Drill, t *Target, rep *report.Report, now time.Time) 
 		if len(c.Findings) > 0 {
 			det.Message = c.Findings[0].Code + " " + c.Findings[0].Component + ": " + c.Findings[0].Message
 		}
+		for _, f := range c.Findings {
+			det.Findings = append(det.Findings, f)
+		}
 		t.Detections = append(t.Detections, det)
 		if t.DetectedAt.IsZero() {
 			t.DetectedPoll = t.Polls
@@ -998,31 +1135,34 @@ func (e *Engine) detect(d *Drill, t *Target, rep *report.Report, now time.Time) 
 	return fmt.Sprintf("detected by %s; time to detect %s", strings.Join(news, ", "), ttd)
 }
 
-// recovered: every watched check is back to its precheck status (or
-// better) with no finding code that was not there before, in a report
-// collected after the revert.
-func (e *Engine) recovered(t *Target, rep *report.Report, now time.Time) (time.Time, bool) {
-	from := t.RevertedAt
-	if from.IsZero() {
-		from = t.RevertStartedAt
-	}
-	at, fresh := collected(rep, from, now)
-	if !fresh {
-		return time.Time{}, false
-	}
-	for _, c := range rep.Checks {
+// recovered: every watched check that ran before the drill has a result
+// from after the revert, back to its precheck status (or better) with no
+// finding code that was not there before. The node is healthy again when
+// the last of them showed it.
+func (e *Engine) recovered(d *Drill, t *Target, obs []observation) (time.Time, bool) {
+	got := map[string]bool{}
+	var at time.Time
+	for _, ob := range obs {
+		c := ob.c
 		pre, ok := t.Precheck[c.Name]
 		if !ok {
 			continue
 		}
-		if rank(c.Status) > rank(pre.Status) {
-			return time.Time{}, false
+		if rank(c.Status) > rank(pre.Status) || c.Status == report.Skip && pre.Status != report.Skip {
+			return time.Time{}, false // a check that answered before and skips now shows nothing
 		}
 		for _, code := range codes(c) {
 			if !slices.Contains(pre.Codes, code) {
 				return time.Time{}, false
 			}
 		}
+		got[c.Name] = true
+		at = maxTime(at, ob.at)
 	}
-	return at, true
+	for _, name := range d.Spec.Watch {
+		if _, ran := t.Precheck[name]; ran && !got[name] {
+			return time.Time{}, false // not seen since the revert yet
+		}
+	}
+	return at, !at.IsZero()
 }

@@ -347,6 +347,7 @@ targets: name=gpu-001
 deadline: 10m
 poll_interval: 30s
 recover_grace: 5m
+connect_grace: 30s
 `)
 		lost := false
 		h.run(h.eng, func() bool {

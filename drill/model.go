@@ -3,6 +3,7 @@ package drill
 import (
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/report"
 )
 
@@ -86,6 +87,9 @@ type Detection struct {
 	At       time.Time `json:"at"`
 	Observed time.Time `json:"observed"`
 	Message  string    `json:"message,omitempty"`
+	// Findings are the check's findings in that result (the XID_79 that
+	// matched, with its GPU).
+	Findings []report.Finding `json:"findings,omitempty"`
 }
 
 // Target is one node of a drill with everything measured on it.
@@ -95,6 +99,9 @@ type Target struct {
 	// Precheck is each watched check before injection.
 	Precheck   map[string]CheckSnap `json:"precheck,omitempty"`
 	InjectedAt time.Time            `json:"injected_at,omitzero"`
+	// CheckInterval is how often the target's agent ran its checks on its
+	// own when the fault was injected: a time to detect reads against it.
+	CheckInterval config.Duration `json:"check_interval,omitempty"`
 	// DetectedAt is the earliest detection by any watched check;
 	// DetectedBy names it.
 	DetectedAt       time.Time `json:"detected_at,omitzero"`

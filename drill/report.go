@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -55,11 +56,20 @@ type Row struct {
 	TTDSeconds          *float64 `json:"ttd_seconds,omitempty"`
 	TTRSeconds          *float64 `json:"ttr_seconds,omitempty"`
 	OutOfServiceSeconds *float64 `json:"out_of_service_seconds,omitempty"`
-	DetectedBy          string   `json:"detected_by,omitempty"`
-	Expected            string   `json:"expected_check"`
-	ExpectedDetected    bool     `json:"expected_detected"`
-	RevertedBy          string   `json:"reverted_by,omitempty"`
-	Findings            []string `json:"findings"`
+	// CheckInterval is how often the target's agent ran its checks on its
+	// own ("1m"), beside the time to detect it bounds.
+	CheckInterval string `json:"check_interval,omitempty"`
+	DetectedBy    string `json:"detected_by,omitempty"`
+	// Detected lists what the watched checks found after injection, one
+	// line per finding ("gpu.xid fail XID_79 GPU3: ...").
+	Detected         []string `json:"detected"`
+	Expected         string   `json:"expected_check"`
+	ExpectedDetected bool     `json:"expected_detected"`
+	RevertedBy       string   `json:"reverted_by,omitempty"`
+	// Findings are the codes of what was found: the watched checks'
+	// findings ("gpu.xid:XID_79") and then the drill's own (detection_gap,
+	// not_recovered, ...).
+	Findings []string `json:"findings"`
 }
 
 // Stats sums up drills of one fault kind (in one period).
@@ -144,7 +154,22 @@ func buildReport(ds []Drill, o ReportOptions) *Report {
 		period := anchor.Add(d.CreatedAt.Sub(anchor) / o.Bucket * o.Bucket)
 		for _, t := range d.Targets {
 			row := Row{Drill: d.ID, Name: d.Name, Fault: d.Fault, State: d.State, StartedAt: d.CreatedAt, Node: t.Node,
-				DetectedBy: t.DetectedBy, Expected: d.Spec.Expect.Check, ExpectedDetected: t.ExpectedDetected, RevertedBy: t.RevertedBy, Findings: []string{}}
+				DetectedBy: t.DetectedBy, Expected: d.Spec.Expect.Check, ExpectedDetected: t.ExpectedDetected, RevertedBy: t.RevertedBy,
+				Detected: []string{}, Findings: []string{}}
+			if t.CheckInterval > 0 {
+				row.CheckInterval = t.CheckInterval.String()
+			}
+			for _, det := range t.Detections {
+				for _, f := range det.Findings {
+					row.Detected = append(row.Detected, fmt.Sprintf("%s %s %s %s: %s", det.Check, det.Status, f.Code, f.Component, f.Message))
+					if code := det.Check + ":" + f.Code; !slices.Contains(row.Findings, code) {
+						row.Findings = append(row.Findings, code)
+					}
+				}
+				if len(det.Findings) == 0 {
+					row.Detected = append(row.Detected, fmt.Sprintf("%s %s", det.Check, det.Status))
+				}
+			}
 			if v, ok := t.TTD(); ok {
 				row.TTDSeconds = secs(v)
 			}
@@ -258,7 +283,7 @@ func fmtSecs(v *float64) string {
 // WriteTable prints the report for `drill report -o table`.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DRILL\tFAULT\tNODE\tSTATE\tSTARTED\tDETECTED BY\tTTD\tOUT OF SERVICE\tTTR\tFINDINGS")
+	fmt.Fprintln(tw, "DRILL\tFAULT\tNODE\tSTATE\tSTARTED\tDETECTED BY\tTTD\tCHECK INTERVAL\tOUT OF SERVICE\tTTR\tFINDINGS")
 	for _, row := range r.Rows {
 		by := row.DetectedBy
 		if by == "" {
@@ -266,8 +291,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		} else if !row.ExpectedDetected {
 			by += " (expected " + row.Expected + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Drill, row.Fault, row.Node, row.State,
-			row.StartedAt.UTC().Format("2006-01-02 15:04"), by, fmtSecs(row.TTDSeconds), fmtSecs(row.OutOfServiceSeconds),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Drill, row.Fault, row.Node, row.State,
+			row.StartedAt.UTC().Format("2006-01-02 15:04"), by, fmtSecs(row.TTDSeconds), orText(row.CheckInterval, "-"), fmtSecs(row.OutOfServiceSeconds),
 			fmtSecs(row.TTRSeconds), orText(strings.Join(row.Findings, ","), "-"))
 	}
 	fmt.Fprintln(tw)

@@ -84,6 +84,9 @@ type simDrillFleet struct {
 	// scheduled result, as the coordinator's stored results would; a
 	// disruptive check still runs on demand.
 	schedule time.Duration
+	// policyOut models the coordinator's drain policy: nodes it took out
+	// of service, with its reason (campaign.Node.OutOfService).
+	policyOut map[string]string
 }
 
 // enableSchedule turns on the agents' quick-pass schedule with phases
@@ -311,7 +314,11 @@ func (f *simDrillFleet) Nodes(_ context.Context, sel string) ([]campaign.Node, e
 		if !a.connected {
 			st = "unreachable"
 		}
-		out = append(out, campaign.Node{Name: name, Labels: a.labels, State: st, Activity: "idle", Connected: a.connected})
+		cn := campaign.Node{Name: name, Labels: a.labels, State: st, Activity: "idle", Connected: a.connected}
+		if why, ok := f.policyOut[name]; ok {
+			cn.OutOfService, cn.OutOfServiceReason = true, why
+		}
+		out = append(out, cn)
 	}
 	return out, nil
 }
@@ -335,6 +342,11 @@ func (f *simDrillFleet) RunChecks(ctx context.Context, node string, names []stri
 	if rep, ok := f.latest(a, names); ok {
 		return rep, nil
 	}
+	return f.fresh(ctx, a, node, names)
+}
+
+// fresh runs the checks now, as an agent does on a request.
+func (f *simDrillFleet) fresh(ctx context.Context, a *simAgent, node string, names []string) (*report.Report, error) {
 	list, err := checks.Select(registry.All(), names, true)
 	if err != nil {
 		return nil, err

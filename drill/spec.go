@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/selector"
@@ -129,6 +130,20 @@ type Spec struct {
 	RecoverGrace config.Duration `yaml:"recover_grace,omitempty" json:"recover_grace,omitempty"`
 	FleetHealth  FleetHealth     `yaml:"fleet_health" json:"fleet_health"`
 	Who          string          `yaml:"who,omitempty" json:"who,omitempty"`
+	// ConnectGrace is how long an agent not connected at a target's turn,
+	// or a non-target's agent that went away, is waited for before it
+	// counts (default 2m, from 5s to 24h): after a coordinator restart
+	// every agent reconnects with backoff.
+	ConnectGrace config.Duration `yaml:"connect_grace,omitempty" json:"connect_grace,omitempty"`
+}
+
+// connectGrace is the spec's grace; a drill stored before the field
+// existed gets the default.
+func (s *Spec) connectGrace() time.Duration {
+	if s.ConnectGrace <= 0 {
+		return campaign.DefaultConnectGrace
+	}
+	return time.Duration(s.ConnectGrace)
 }
 
 // Defaults.
@@ -284,6 +299,11 @@ func (s *Spec) Normalize() error {
 	if s.RecoverGrace == 0 {
 		s.RecoverGrace = config.Duration(DefaultRecoverGrace)
 	}
+	grace := time.Duration(s.ConnectGrace)
+	if err := campaign.CheckConnectGrace(&grace); err != nil {
+		return bad("connect_grace %w", err)
+	}
+	s.ConnectGrace = config.Duration(grace)
 	if len(s.Watch) == 0 {
 		s.Watch = DefaultWatch(s.Expect.Check)
 	}

@@ -143,3 +143,18 @@ func TestConnectGraceRange(t *testing.T) {
 		}
 	}
 }
+
+// TestNothingMeasuredIsInconclusive: after the upgrade the agent sees no
+// GPU at all and its checks pass on nothing. That is no evidence: the
+// inspection is inconclusive, the rollout pauses, the node is not done.
+func TestNothingMeasuredIsInconclusive(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 2)
+	h.fleet.set("gpu-001", func(n *fnode) { n.blankAfter = true })
+	id := h.start(waveSpec())
+	s := h.runUntil(id, 200, settled)
+	n := nodeState(s, "gpu-001")
+	if !s.Paused || n.State == Done || !strings.Contains(n.Hold, "the report shows no GPU") {
+		t.Fatalf("phase %s paused %v gpu-001 %+v", s.Phase, s.Paused, n)
+	}
+}

@@ -96,6 +96,7 @@ type fnode struct {
 	timeoutAfter  bool    // the inspection times out on the target driver
 	failAction    bool    // the action reports failure
 	preFail       bool    // gpu.ecc fails whatever the driver
+	blankAfter    bool    // on the target driver the agent sees no GPU (every check passes: nothing measured)
 	actionNoReply bool    // the action's answer is lost (the upgrade happens)
 
 	upgrades, rollbacks int
@@ -189,6 +190,9 @@ func (f *fakeFleet) RunChecks(ctx context.Context, name string, checks []string,
 		return nil, fmt.Errorf("node %s: inspection %w after %v", name, campaign.ErrTimeout, opts.Timeout)
 	}
 	rep := &report.Report{Node: name, Inventory: f.inventory(n)}
+	if after && n.blankAfter {
+		rep.Inventory.GPUs = nil
+	}
 	for _, c := range checks {
 		cr := report.CheckResult{Name: c, Status: report.Pass}
 		switch {

@@ -283,7 +283,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) MarshalYAML() (any, error) { return config.FormatDuration(time.Duration(d)), nil }
 
 // MarshalJSON writes "30m".
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(config.FormatDuration(time.Duration(d))) }
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(config.FormatDuration(time.Duration(d)))
+}
 
 // UnmarshalJSON reads a Go duration.
 func (d *Duration) UnmarshalJSON(b []byte) error {

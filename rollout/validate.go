@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/report"
 )
 
@@ -67,6 +68,17 @@ func judgeReport(r *run, n *nodeRec, rep *report.Report) judgement {
 		case report.Warn:
 			notes = append(notes, name+" warned"+findingText(c))
 		}
+	}
+	// A GPU check that skipped, or a report that saw no GPU, measured
+	// nothing: inconclusive, whatever the spec requires.
+	for _, m := range campaign.MissingData(rep, false) {
+		if c := rep.Check(m.Check); c != nil && slices.Contains(v.Require, m.Check) {
+			continue // said above
+		}
+		if pre, ran := n.Pre[m.Check]; ran && (pre == report.Pass || pre == report.Warn) {
+			continue // said above
+		}
+		unsure = append(unsure, m.String())
 	}
 	if v.compares() {
 		switch cmp := compareBaseline(r, n, rep); cmp.Verdict {

@@ -44,6 +44,7 @@ func (r *renderer) node(name string) (*renderNode, error) {
 	spec.Shared = r.shared
 	spec.Labels = map[string]string{"sku": r.cfg.SKU}
 	spec.BusBWGBps = r.cfg.IntraGBps
+	spec.DCGMDiag = true // burn-in suites run dcgm.diag
 	// The fleet draws the noise; the node prints what it is given.
 	spec.NoisePct = 0
 	n, err := sim.New(spec)

@@ -166,6 +166,8 @@ type e2eNode struct {
 	name   string
 	labels map[string]string
 	faults []sim.Fault
+	// interval, when set, is the agent's own check interval (else 1h).
+	interval time.Duration
 }
 
 func newE2EFleet(t *testing.T, clock *e2eClock, nodes ...e2eNode) *e2eFleet {
@@ -247,6 +249,9 @@ func (f *e2eFleet) startAgent(n e2eNode, fabric *sim.Fabric, log zerolog.Logger)
 	}
 	cfg.StateDir = t.TempDir()
 	cfg.Labels = n.labels
+	if n.interval > 0 {
+		cfg.Interval = config.Duration(n.interval)
+	}
 	cfg.Reconnect.Initial = config.Duration(50 * time.Millisecond)
 	cfg.Reconnect.Max = config.Duration(200 * time.Millisecond)
 	a, err := agent.New(cfg, sn, log.With().Str("component", "agent").Str("node", n.name).Logger(), agent.WithVersion("e2e"))
@@ -410,6 +415,9 @@ func e2eRack(n int, rack string, extra map[string]string) []e2eNode {
 func TestDrillVerbsEndToEnd(t *testing.T) {
 	nodes := e2eRack(3, "r12", nil)
 	nodes[1].labels["fleetcheck.io/drill"] = "allowed"
+	// A drill times detection by what the target's agent reports on its
+	// own schedule: every second here.
+	nodes[1].interval = time.Second
 	f := newE2EFleet(t, newE2EClock(1), nodes...)
 	target := f.nodes["gpu-002"]
 
@@ -487,8 +495,14 @@ who: oncall@example.com
 	}
 	row := rep.Rows[0]
 	if row.Drill != id || row.DetectedBy != "ib.ports" || !row.ExpectedDetected || row.TTD == nil || row.TTR == nil ||
-		row.OutOfService == nil || *row.TTD < 0 || *row.TTR < *row.TTD {
+		row.OutOfService == nil || *row.TTD <= 0 || *row.TTR < *row.TTD {
 		t.Errorf("report row: %+v", row)
+	}
+	// Detection is timed by the agent's own results, read beside its
+	// interval, and the finding that matched is listed.
+	if iv, err := time.ParseDuration(row.CheckInterval); err != nil || iv < 500*time.Millisecond || iv > 2*time.Second ||
+		!slices.ContainsFunc(row.Findings, func(c string) bool { return strings.HasPrefix(c, "ib.ports:IB_PORT_DOWN") }) {
+		t.Errorf("report row interval %q findings %v", row.CheckInterval, row.Findings)
 	}
 	if len(rep.ByFault) != 1 || rep.ByFault[0].Targets != 1 || rep.ByFault[0].Detected != 1 || rep.ByFault[0].Recovered != 1 ||
 		rep.ByFault[0].MTTD == nil {
@@ -605,6 +619,8 @@ type e2eDrillReport struct {
 		TTD              *float64 `json:"ttd_seconds"`
 		TTR              *float64 `json:"ttr_seconds"`
 		OutOfService     *float64 `json:"out_of_service_seconds"`
+		CheckInterval    string   `json:"check_interval"`
+		Findings         []string `json:"findings"`
 	} `json:"rows"`
 	ByFault []struct {
 		Fault     string   `json:"fault"`

@@ -1,0 +1,79 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/store"
+)
+
+// The coordinator's fleet keeps what agents report on their own schedule
+// (its stored results): drills time detection by it.
+var _ campaign.Observer = (*fleet)(nil)
+
+// observeRows bounds the rows read per check or per interval estimate.
+const observeRows = 64
+
+// Observed returns each named check's latest result on node that the
+// agent ran on its own schedule (no work id: not a campaign's request)
+// and that finished at or after since.
+func (f *fleet) Observed(ctx context.Context, node string, checks []string, since time.Time) ([]campaign.Observation, error) {
+	db := f.s.Store()
+	if db == nil {
+		return nil, errors.New("observed: coordinator not started")
+	}
+	var out []campaign.Observation
+	for _, c := range checks {
+		rows, err := db.Results(ctx, store.ResultQuery{Node: node, Check: c, Limit: observeRows})
+		if err != nil {
+			return nil, fmt.Errorf("observed %s on %s: %w", c, node, err)
+		}
+		for _, r := range rows { // newest first
+			if r.Finished.Before(since) {
+				break
+			}
+			if r.WorkID == "" {
+				out = append(out, campaign.Observation{Check: r.Check, At: r.Finished})
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// CheckInterval is the longest gap between the node's latest scheduled
+// results (0 with fewer than two): an agent also runs a pass when kicked
+// (after an action), which only ever shortens a gap, never lengthens it.
+func (f *fleet) CheckInterval(ctx context.Context, node string) (time.Duration, error) {
+	db := f.s.Store()
+	if db == nil {
+		return 0, errors.New("check interval: coordinator not started")
+	}
+	rows, err := db.Results(ctx, store.ResultQuery{Node: node, Limit: observeRows * 4})
+	if err != nil {
+		return 0, fmt.Errorf("check interval of %s: %w", node, err)
+	}
+	var times []time.Time
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if r.WorkID != "" || seen[r.ResultID] {
+			continue
+		}
+		seen[r.ResultID] = true
+		times = append(times, r.Finished)
+		if len(times) == 6 {
+			break
+		}
+	}
+	var gap time.Duration
+	for i := 1; i < len(times); i++ {
+		gap = max(gap, times[i-1].Sub(times[i]))
+	}
+	if gap >= 2*time.Second {
+		return gap.Round(time.Second), nil
+	}
+	return gap.Round(100 * time.Millisecond), nil
+}
