@@ -89,6 +89,13 @@ func (l *syncBuf) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+// text is everything logged so far.
+func (l *syncBuf) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // has reports whether a logged line has message msg and the fields want.
 func (l *syncBuf) has(msg string, want map[string]string) bool {
 	l.mu.Lock()

@@ -136,3 +136,31 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseID: a SPIFFE ID from a peer's certificate never panics the
+// parser, and one it accepts reads back the same from its own string and
+// is valid: no two readers can disagree about whom it names.
+func FuzzParseID(f *testing.F) {
+	for _, s := range []string{
+		"spiffe://fleet.test/node/gpu-001", "spiffe://fleet.test/admin/alice", "spiffe://fleet.test/coordinator/c1",
+		"spiffe://FLEET.test/node/a", "spiffe://fleet.test:443/node/a", "spiffe://u@fleet.test/node/a",
+		"spiffe://fleet.test/node/a/b", "spiffe://fleet.test/node/..", "spiffe://fleet.test/node/a%2Fb",
+		"spiffe://fleet.test/node/a?x=1", "spiffe://fleet.test/node/a#f", "spiffe:///node/a", "spiffe:fleet.test/node/a",
+		"spiffe://a.fleet.test/admin/mallory", "spiffe://test/admin/root", "https://fleet.test/node/a", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := ParseID(s)
+		if err != nil {
+			return
+		}
+		if err := id.Validate(); err != nil {
+			t.Fatalf("ParseID(%q) = %v, which does not validate: %v", s, id, err)
+		}
+		again, err := ParseID(id.String())
+		if err != nil || again != id {
+			t.Fatalf("ParseID(%q) = %v; its string %q reads back as %v, %v", s, id, id.String(), again, err)
+		}
+	})
+}

@@ -357,15 +357,17 @@ tls:
 			t.Errorf("%s: exit %d, %q; want 2 and %q", tc.name, code, out, tc.want)
 		}
 	}
-	body := httpGet(t, "http://"+srv.HTTPAddr().String()+"/metrics")
-	for _, reason := range []string{"plaintext", "expired", "not_yet_valid", "unknown_ca", "peer_refused"} {
-		if !regexp.MustCompile(`fleetcheck_tls_handshake_failures_total\{reason="` + reason + `"\} [1-9]`).MatchString(body) {
-			t.Errorf("coordinator /metrics does not count TLS refusals for %s", reason)
-		}
+	var body string
+	for _, reason := range []string{"plaintext", "expired", "not_yet_valid", "unknown_ca", "peer_refused", "name_not_allowed"} {
+		counted := regexp.MustCompile(`fleetcheck_tls_handshake_failures_total\{reason="` + reason + `"\} [1-9]`)
+		waitUntil(t, "/metrics counting TLS refusals for "+reason, func() bool {
+			body = httpGet(t, "http://"+srv.HTTPAddr().String()+"/metrics")
+			return counted.MatchString(body)
+		})
 	}
-	if !logs.has("tls handshake refused: certificate expired") {
-		t.Error("the coordinator did not log the expired certificate")
-	}
+	waitUntil(t, "the coordinator's log line for the expired certificate", func() bool {
+		return logs.has("tls handshake refused: certificate expired")
+	})
 
 	// An operator's request runs on the real agent and lands in the audit
 	// log with who and why.
