@@ -35,7 +35,7 @@ type Limits struct {
 // analysis of the largest accepted bundle under 300 MB of memory.
 var DefaultLimits = Limits{
 	MaxTotalBytes:     512 << 20,
-	MaxFileBytes:      32 << 20,
+	MaxFileBytes:      8 << 20,
 	MaxKernelLogBytes: 256 << 20,
 	MaxEntries:        200000,
 }
