@@ -52,3 +52,18 @@ func TestSkippedChecksAreNotPasses(t *testing.T) {
 		t.Errorf("state %q %q", st, why)
 	}
 }
+
+// TestStateReasonCauseFirst: the IB port-down node's state reason names
+// the port before the counter its going down raised.
+func TestStateReasonCauseFirst(t *testing.T) {
+	t.Parallel()
+	checks := map[string]store.CheckState{
+		"ib.counters": {Name: "ib.counters", Status: report.Fail, Detail: "mlx5_4/1 IB_COUNTER_RISING"},
+		"ib.ports":    {Name: "ib.ports", Status: report.Fail, Detail: "mlx5_4/1 IB_PORT_DOWN"},
+		"gpu.ecc":     {Name: "gpu.ecc", Status: report.Pass},
+	}
+	st, why := deriveState(checks, true)
+	if want := "ib.ports fail: mlx5_4/1 IB_PORT_DOWN; ib.counters fail: mlx5_4/1 IB_COUNTER_RISING"; st != StateFailed || why != want {
+		t.Errorf("state %q reason %q, want failed %q", st, why, want)
+	}
+}

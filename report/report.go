@@ -254,3 +254,36 @@ func FindingsByCause(results []CheckResult, order []string) []Finding {
 	}
 	return out
 }
+
+// CauseOrder lists the check names causes first, for reading one node's
+// findings or failing checks: the driver's own account of a fault (an Xid
+// such as 79, fallen off the bus) before the missing GPU it leaves in the
+// inventory; the GPU checks before the link checks; a port's state before
+// the counters its going down raised; measurements last. A check not
+// listed sorts after these, by name (checks/registry tests that every
+// check is listed).
+func CauseOrder() []string {
+	return []string{
+		"gpu.xid", "gpu.inventory", "gpu.fabric", "gpu.ecc", "gpu.thermal", "gpu.pcie", "gpu.nvlink",
+		"gpu.config", "gpu.processes", "gpu.peermem", "ib.ports", "ib.counters",
+		"fw.matrix", "dcgm.diag", "nccl.allreduce",
+	}
+}
+
+// CauseLess orders two check names by CauseOrder.
+func CauseLess(a, b string) bool {
+	pa, pb := causeRank(a), causeRank(b)
+	if pa != pb {
+		return pa < pb
+	}
+	return a < b
+}
+
+func causeRank(name string) int {
+	for i, n := range CauseOrder() {
+		if n == name {
+			return i
+		}
+	}
+	return len(CauseOrder())
+}

@@ -426,7 +426,7 @@ func nonNilLabels(m map[string]string) map[string]string {
 }
 
 // SortChecksWorstFirst orders check states fail, error, warn, pass, skip,
-// then by name.
+// then causes before symptoms (report.CauseOrder).
 func SortChecksWorstFirst(cs []CheckState) {
 	rank := func(s report.Status) int {
 		switch s {
@@ -445,6 +445,7 @@ func SortChecksWorstFirst(cs []CheckState) {
 		if ri, rj := rank(cs[i].Status), rank(cs[j].Status); ri != rj {
 			return ri < rj
 		}
-		return cs[i].Name < cs[j].Name
+		// Same status: causes before symptoms (ib.ports before ib.counters).
+		return report.CauseLess(cs[i].Name, cs[j].Name)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/checks/ibchecks"
 	"github.com/fleetcheck/fleetcheck/checks/kernelchecks"
 	"github.com/fleetcheck/fleetcheck/checks/perfchecks"
+	"github.com/fleetcheck/fleetcheck/report"
 )
 
 // All returns every check fleetcheck knows, in the order reports list them.
@@ -41,15 +42,5 @@ func Names() []string {
 	return out
 }
 
-// CauseOrder lists the checks' names causes first, for reading one node's
-// findings (report.FindingsByCause): the driver's own account of a fault
-// (an Xid such as 79, fallen off the bus) before the missing GPU it leaves
-// in the inventory; the GPU checks before the link checks; a port's state
-// before the counters its going down raised; measurements last.
-func CauseOrder() []string {
-	return []string{
-		"gpu.xid", "gpu.inventory", "gpu.fabric", "gpu.ecc", "gpu.thermal", "gpu.pcie", "gpu.nvlink",
-		"gpu.config", "gpu.processes", "gpu.peermem", "ib.ports", "ib.counters",
-		"fw.matrix", "dcgm.diag", "nccl.allreduce",
-	}
-}
+// CauseOrder lists the checks' names causes first (report.CauseOrder).
+func CauseOrder() []string { return report.CauseOrder() }
