@@ -92,7 +92,8 @@ func Unpack(r io.ReaderAt, size int64, lim Limits) (fs.FS, error) {
 	a := &archive{r: r, size: size, lim: lim}
 	m := newMemFS()
 	m.arc = a
-	var total, held int64
+	var total int64
+	budget := holdBudget{lim: lim}
 	err := a.pass(func(i int, hdr *tar.Header, tr *tar.Reader) error {
 		if i+1 > lim.MaxEntries {
 			return fmt.Errorf("%w: more than %d entries", ErrHostile, lim.MaxEntries)
@@ -123,7 +124,11 @@ func Unpack(r io.ReaderAt, size int64, lim Limits) (fs.FS, error) {
 			if _, isDir := m.dirs[name]; isDir {
 				return fmt.Errorf("%w: %s is both a file and a directory", ErrHostile, hdr.Name)
 			}
-			if hdr.Size <= lim.holdFile() && held+hdr.Size <= heldTotalBytes {
+			hold, err := budget.admit(hdr.Name, hdr.Size)
+			if err != nil {
+				return err
+			}
+			if hold {
 				// Read one byte past the declared size so a lying header is caught.
 				data, err := io.ReadAll(io.LimitReader(tr, hdr.Size+1))
 				if err != nil {
@@ -132,7 +137,6 @@ func Unpack(r io.ReaderAt, size int64, lim Limits) (fs.FS, error) {
 				if int64(len(data)) != hdr.Size {
 					return fmt.Errorf("%w: %s: size mismatch", ErrFormat, hdr.Name)
 				}
-				held += hdr.Size
 				m.addFile(name, data)
 				return nil
 			}

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -78,6 +79,11 @@ func TestUnpackRefusesHostileArchives(t *testing.T) {
 		{"too many entries", []entry{manifest, {name: "a", typ: tar.TypeDir}, {name: "b", typ: tar.TypeDir}},
 			Limits{MaxTotalBytes: 1000, MaxFileBytes: 100, MaxEntries: 2}},
 		{"backslash", []entry{{name: `..\evil`, typ: tar.TypeReg, body: "x"}}, DefaultLimits},
+		// Each read of a large file decompresses the archive up to it: their
+		// count is bounded, and so is what the small ones hold.
+		{"too many large files", largeFiles(maxLargeFiles + 1), Limits{holdFileBytes: 4}},
+		{"small files past what is held", []entry{manifest, {name: "a", typ: tar.TypeReg, body: "0123"}, {name: "b", typ: tar.TypeReg, body: "0123"}},
+			Limits{holdFileBytes: 4, holdTotalBytes: 6}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,6 +94,14 @@ func TestUnpackRefusesHostileArchives(t *testing.T) {
 			}
 		})
 	}
+}
+
+func largeFiles(n int) []entry {
+	out := make([]entry, n)
+	for i := range out {
+		out[i] = entry{name: fmt.Sprintf("fs/f%d", i), typ: tar.TypeReg, body: "0123456789"}
+	}
+	return out
 }
 
 func TestUnpackNotGzip(t *testing.T) {
@@ -402,6 +416,15 @@ func TestDirectoryBundleRefusesHostileFiles(t *testing.T) {
 				must(t, os.WriteFile(filepath.Join(dir, n), nil, 0o644))
 			}
 		}, "", Limits{MaxEntries: 2}, "more than 2 entries"},
+		{"too many large files", func(t *testing.T, dir string) {
+			for i := range maxLargeFiles + 1 {
+				must(t, os.WriteFile(filepath.Join(dir, fmt.Sprint(i)), []byte("0123456789"), 0o644))
+			}
+		}, "", Limits{holdFileBytes: 4}, "more than 16 files larger than 4 bytes"},
+		{"small files past what is held", func(t *testing.T, dir string) {
+			must(t, os.WriteFile(filepath.Join(dir, "a"), []byte("0123"), 0o644))
+			must(t, os.WriteFile(filepath.Join(dir, "b"), []byte("0123"), 0o644))
+		}, "", Limits{holdFileBytes: 4, holdTotalBytes: 6}, "add up to more than 6"},
 		{"symlink out", func(t *testing.T, dir string) {
 			must(t, os.MkdirAll(filepath.Join(dir, "fs"), 0o755))
 			must(t, os.Symlink("/proc", filepath.Join(dir, "fs/proc")))

@@ -62,7 +62,7 @@ func openDir(dir string, lim Limits) (*dirFS, error) {
 		held    []string // small regular files to read ahead
 		entries int
 		total   int64
-		heldSum int64
+		budget  = holdBudget{lim: lim}
 	)
 	// The walk does not follow symlinks: every directory it lists is a real
 	// one under dir.
@@ -95,8 +95,11 @@ func openDir(dir string, lim Limits) (*dirFS, error) {
 				if total += fi.Size(); total > lim.MaxTotalBytes {
 					return fmt.Errorf("%w: files add up to more than %d bytes", ErrHostile, lim.MaxTotalBytes)
 				}
-				if fi.Size() <= lim.holdFile() && heldSum+fi.Size() <= heldTotalBytes {
-					heldSum += fi.Size()
+				hold, err := budget.admit(child, fi.Size())
+				if err != nil {
+					return err
+				}
+				if hold {
 					held = append(held, child)
 				}
 			case t&fs.ModeSymlink != 0:

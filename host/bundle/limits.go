@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"fmt"
 	"path"
 	"strings"
 
@@ -25,9 +26,10 @@ type Limits struct {
 	// MaxEntries bounds files, directories and links together.
 	MaxEntries int
 
-	// holdFileBytes overrides heldFileBytes: the tests and the fuzzer use a
-	// small one so that the streaming path runs on small inputs.
-	holdFileBytes int64
+	// holdFileBytes and holdTotalBytes override heldFileBytes and
+	// heldTotalBytes: the tests and the fuzzer use small ones so that the
+	// streaming path and the budget run on small inputs.
+	holdFileBytes, holdTotalBytes int64
 }
 
 // DefaultLimits fit a real node's bundle (a kernel log of several boots,
@@ -40,13 +42,16 @@ var DefaultLimits = Limits{
 	MaxEntries:        200000,
 }
 
-// Files at most heldFileBytes large are held in memory when the bundle is
-// opened, up to heldTotalBytes in all; larger ones are read from the disk
-// or the archive when a probe asks. Memory for a bundle's files is then
-// bounded by heldTotalBytes whatever the limits allow.
+// Small files (at most heldFileBytes) are held in memory when the bundle
+// is opened; they may add up to heldTotalBytes. Large files are read from
+// the disk or the archive when a probe asks, and a bundle may have at most
+// maxLargeFiles of them: each read of one from a .tar.gz decompresses the
+// archive up to it, so their count bounds the time a bundle can cost. A
+// real bundle has one large file at most, the kernel log.
 const (
 	heldFileBytes  = 1 << 20
 	heldTotalBytes = 64 << 20
+	maxLargeFiles  = 16
 )
 
 // holdFile is the size up to which a file is held in memory.
@@ -55,6 +60,35 @@ func (l Limits) holdFile() int64 {
 		return l.holdFileBytes
 	}
 	return heldFileBytes
+}
+
+func (l Limits) holdTotal() int64 {
+	if l.holdTotalBytes > 0 {
+		return l.holdTotalBytes
+	}
+	return heldTotalBytes
+}
+
+// holdBudget decides, file by file, whether a bundle holds a file in
+// memory, and refuses a bundle whose small files would not fit or whose
+// large files are too many.
+type holdBudget struct {
+	lim   Limits
+	held  int64
+	large int
+}
+
+func (b *holdBudget) admit(name string, size int64) (hold bool, err error) {
+	if size <= b.lim.holdFile() {
+		if b.held += size; b.held > b.lim.holdTotal() {
+			return false, fmt.Errorf("%w: files of at most %d bytes add up to more than %d", ErrHostile, b.lim.holdFile(), b.lim.holdTotal())
+		}
+		return true, nil
+	}
+	if b.large++; b.large > maxLargeFiles {
+		return false, fmt.Errorf("%w: more than %d files larger than %d bytes (%s is %d)", ErrHostile, maxLargeFiles, b.lim.holdFile(), name, size)
+	}
+	return false, nil
 }
 
 func (l Limits) withDefaults() Limits {
