@@ -37,6 +37,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/host"
 	"github.com/fleetcheck/fleetcheck/inspect"
 	"github.com/fleetcheck/fleetcheck/membership"
+	"github.com/fleetcheck/fleetcheck/pki"
 	"github.com/fleetcheck/fleetcheck/report"
 )
 
@@ -122,6 +123,7 @@ type Agent struct {
 	started atomic.Bool
 	ctx     context.Context // Run's context: requested checks outlive a stream
 	creds   credentials.TransportCredentials
+	certs   *pki.Reloader // nil when insecure
 	spool   *spool.Spool
 	workWG  sync.WaitGroup
 
@@ -223,7 +225,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.creds = creds
+	a.creds, a.certs = creds, certs
 	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -62,6 +63,25 @@ func checkIdentity(cfg *Config, leaf *x509.Certificate) error {
 			ErrWrongIdentity, cfg.TLS.CertFile, id, id.TrustDomain, cfg.TLS.TrustDomain)
 	}
 	return nil
+}
+
+// certNotValid says why the agent's own certificate cannot be let in now
+// (expired, not yet valid), or "": the coordinator refuses such a
+// certificate in the handshake, which gRPC reports as a broken connection.
+func (a *Agent) certNotValid(now time.Time) string {
+	if a.certs == nil {
+		return ""
+	}
+	leaf := a.certs.Leaf()
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Sprintf("this agent's certificate %s expired at %s; the coordinator refuses it (renew it: the file is reread at the next attempt)",
+			a.cfg.TLS.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Sprintf("this agent's certificate %s is not valid before %s; the coordinator refuses it (check this host's clock)",
+			a.cfg.TLS.CertFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 func orWord(s, word string) string {

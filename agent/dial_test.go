@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/pki"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -301,5 +302,64 @@ func TestIdentityRefusedBacksOffLongest(t *testing.T) {
 				t.Fatalf("a refusal logged as unreachable:\n%s", logs)
 			}
 		})
+	}
+}
+
+// An agent whose own certificate expired is refused in the handshake,
+// which gRPC reports as a broken connection: the agent says what it is
+// and waits the longest interval, as for any refusal of its identity.
+func TestExpiredCertificateSaysSo(t *testing.T) {
+	t.Parallel()
+	ca, err := pki.NewCA("fleet.test", pki.CAOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(req pki.Request) pki.Files {
+		leaf, err := ca.Issue(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		cert, key, err := pki.WriteLeaf(dir, leaf, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caFile, err := pki.WriteCACert(dir, ca.Cert, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pki.Files{CertFile: cert, KeyFile: key, CAFile: caFile}
+	}
+	server := write(pki.Request{Kind: pki.KindCoordinator, Name: "coord", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	r, err := pki.NewReloader(server, pki.ReloaderOptions{CheckInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := pki.ServerCredentials(pki.ServerOptions{Reloader: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &deniedCoord{code: codes.OK}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(creds))
+	fleetcheckv1.RegisterAgentServiceServer(srv, d)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	old := write(pki.Request{Kind: pki.KindNode, Name: "gpu-001", NotBefore: time.Now().Add(-48 * time.Hour), Validity: time.Hour})
+	cfg := testConfig(t)
+	cfg.Coordinator, cfg.Insecure = lis.Addr().String(), false
+	cfg.TLS = TLSConfig{CAFile: old.CAFile, CertFile: old.CertFile, KeyFile: old.KeyFile}
+	ta := startAgent(t, cfg, &fakeHost{}, nil, WithBackoff(longBackoff{longest: time.Hour}))
+	waitFor(t, "the refusal logged", 5*time.Second, func() bool {
+		return strings.Contains(ta.logs.String(), "expired at")
+	})
+	logs := ta.logs.String()
+	if !strings.Contains(logs, `"level":"error"`) || !strings.Contains(logs, `"retry_in_ms":3600000`) ||
+		strings.Contains(logs, "cannot reach the coordinator") {
+		t.Fatalf("an expired certificate not reported as such:\n%s", logs)
 	}
 }

@@ -60,6 +60,9 @@ func (a *Agent) connectLoop(ctx context.Context) {
 		if welcomed && time.Since(start) >= a.o.healthyAfter {
 			attempt = 0
 		}
+		if why := a.certNotValid(time.Now()); why != "" && !welcomed {
+			err = fmt.Errorf("%w: %s (%w)", ErrNotAuthorized, why, err)
+		}
 		wait := a.o.backoff.Next(attempt)
 		attempt++
 		ev := a.log.Warn()
