@@ -69,3 +69,29 @@ func TestDurationJSON(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDurationJSON: any input either fails or reads as a non-negative
+// duration that writes back and reads again as itself.
+func FuzzDurationJSON(f *testing.F) {
+	for _, s := range []string{`"4m"`, `"1h30m"`, `240000000000`, `null`, `"-1s"`, `-5`, `1.5`, `"9999999999h"`,
+		`"1e3s"`, `"  "`, `""`, `"\u0000"`, `9223372036854775807`, `-9223372036854775808`, `{"d":1}`, `[1]`, `"1h\"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var d Duration
+		if err := d.UnmarshalJSON(b); err != nil {
+			return
+		}
+		if d < 0 {
+			t.Fatalf("%q read as negative %d", b, int64(d))
+		}
+		out, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Duration
+		if err := json.Unmarshal(out, &back); err != nil || back != d {
+			t.Fatalf("%q -> %s -> %v, %v", b, out, back, err)
+		}
+	})
+}
