@@ -153,6 +153,26 @@ func TestExampleAgentServesDrill(t *testing.T) {
 	a.checks("drill watch", append([]string{d.Expect.Check}, d.Watch...), nil, time.Duration(d.PollInterval))
 }
 
+// TestExampleAgentServesDrillKinds: every built-in drill fault kind, with
+// its default parameters, is configured with its revert, and what detects
+// it is enabled.
+func TestExampleAgentServesDrillKinds(t *testing.T) {
+	t.Parallel()
+	a := admitter{t, exampleAgent(t)}
+	for kind, f := range drill.Catalog() {
+		fault := a.action("drill "+kind, kind, f.Params, 0)
+		if fault.Revert != f.Revert {
+			t.Errorf("%s: reverted by %q in the example agent, by %q in the drill catalog", kind, fault.Revert, f.Revert)
+		}
+		if fault.RevertAfterDefault == 0 {
+			t.Errorf("%s: no revert_after_default: a drill that names none is refused", kind)
+		}
+		rev := a.cfg.Actions[f.Revert]
+		a.action("drill "+kind+" revert", f.Revert, rev.only(f.Params), 0)
+		a.checks("drill "+kind+" detection", []string{f.Check}, nil, 0)
+	}
+}
+
 // TestExampleAgentServesRollout: examples/rollout.yaml's upgrade and
 // rollback actions take the versions it sends, and its validation checks
 // are enabled.

@@ -25,7 +25,7 @@ import (
 // with no effect on the machine. Everything else must be faked, so a
 // script calling a tool the test forgot (shutdown, modprobe) fails with
 // "not found" instead of acting on the host.
-var safeTools = []string{"awk", "sed", "grep", "tr", "cat", "mktemp", "tail", "mv", "rm", "head"}
+var safeTools = []string{"awk", "sed", "grep", "tr", "cat", "mktemp", "tail", "mv", "rm", "head", "sort"}
 
 // fakeRoot is a temp dir with bin/ (fakes) and safe/ (links to the real
 // safe tools); calls.log gets one line per fake call: "NAME ARG...".
@@ -70,6 +70,15 @@ func (r *fakeRoot) tool(name, stdout string, code int) {
 	}
 	body += "exit " + strconv.Itoa(code) + "\n"
 	if err := os.WriteFile(filepath.Join(r.dir, "bin", name), []byte(body), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// script installs a fake with its own sh body after the logging lines.
+func (r *fakeRoot) script(name, body string) {
+	r.t.Helper()
+	head := "#!/bin/sh\nprintf '%s' \"" + name + "\" >>\"$FAKE_LOG\"\nfor a in \"$@\"; do printf ' %s' \"$a\" >>\"$FAKE_LOG\"; done\necho >>\"$FAKE_LOG\"\n"
+	if err := os.WriteFile(filepath.Join(r.dir, "bin", name), []byte(head+body), 0o755); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -463,6 +472,121 @@ func TestSlurmEpilog(t *testing.T) {
 				t.Errorf("calls %q", c)
 			}
 			noTempFiles(t, r.dir)
+		})
+	}
+}
+
+// smiLimits answers the power-limit query; -pl calls fail for the GPUs in
+// FAIL_PL ("3").
+const smiLimits = `case "$1" in
+--query-gpu=*) printf '0, 700.00, 200.00\n1, 700.00, 200.00\n2, 700.00, 200.00\n3, 700.00, 200.00\n' ;;
+-i) [ "$2" = "${FAIL_PL:-}" ] && exit 1 ;;
+esac
+exit 0
+`
+
+func TestGPUSlowdownWrapper(t *testing.T) {
+	t.Parallel()
+	const script = "actions/fleetcheck-gpu-slowdown"
+	for _, tc := range []struct {
+		name   string
+		arg    string
+		env    []string
+		code   int
+		watts  string // every GPU's -pl value; "" when none is set
+		failPL bool
+	}{
+		{name: "half", arg: "50", code: 0, watts: "350"},
+		{name: "floor at the minimum", arg: "10", code: 0, watts: "200"},
+		{name: "clear", arg: "--clear", code: 0, watts: "700"},
+		{name: "one gpu refuses", arg: "50", env: []string{"FAIL_PL=3"}, code: 1, watts: "350"},
+		{name: "zero", arg: "0", code: 2},
+		{name: "hundred", arg: "100", code: 2},
+		{name: "not a number", arg: "50%", code: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newFakeRoot(t)
+			r.env = tc.env
+			r.script("nvidia-smi", smiLimits)
+			out, code := r.run(script, tc.arg)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.code, out)
+			}
+			calls := r.calls()
+			if tc.watts == "" {
+				if len(calls) > 0 {
+					t.Errorf("bad usage still called %q", calls)
+				}
+				return
+			}
+			for gpu := range 4 {
+				if want := "nvidia-smi -i " + strconv.Itoa(gpu) + " -pl " + tc.watts; !contains(calls, want) {
+					t.Errorf("no %q in %q", want, calls)
+				}
+			}
+		})
+	}
+}
+
+func TestKillWorkloadWrapper(t *testing.T) {
+	t.Parallel()
+	const script = "actions/fleetcheck-kill-workload"
+	t.Run("kills what holds a GPU", func(t *testing.T) {
+		t.Parallel()
+		// The workload is this test's own child: the only process the
+		// script can reach.
+		job := exec.Command("sleep", "60")
+		if err := job.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- job.Wait() }()
+		t.Cleanup(func() { _ = job.Process.Kill() })
+		r := newFakeRoot(t)
+		pid := strconv.Itoa(job.Process.Pid)
+		r.tool("nvidia-smi", pid+", python3\n"+pid+", python3\n", 0)
+		out, code := r.run(script)
+		if code != 0 || !strings.Contains(out, "killed "+pid) {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		select {
+		case err := <-waited:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != -1 {
+				t.Errorf("the workload ended with %v, not killed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the workload still runs")
+		}
+		if c := r.calls(); !contains(c, "nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader") {
+			t.Errorf("calls %q", c)
+		}
+	})
+	for _, tc := range []struct {
+		name, args, smi string
+		smiCode, code   int
+		want            string
+	}{
+		{name: "revert", args: "--revert", code: 0, want: "nothing to restart"},
+		{name: "idle node", smi: "", code: 0, want: "no process holds a GPU"},
+		{name: "init is never killed", smi: "1, init\n", code: 0, want: "no process holds a GPU"},
+		{name: "gone already", smi: "999999999, python3\n", code: 1, want: "kill -9 999999999 failed"},
+		{name: "nvidia-smi fails", smiCode: 9, code: 1, want: "cannot list"},
+		{name: "bad usage", args: "--all", code: 2, want: "usage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newFakeRoot(t)
+			r.tool("nvidia-smi", tc.smi, tc.smiCode)
+			var args []string
+			if tc.args != "" {
+				args = []string{tc.args}
+			}
+			out, code := r.run(script, args...)
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("exit %d, want %d with %q:\n%s", code, tc.code, tc.want, out)
+			}
 		})
 	}
 }

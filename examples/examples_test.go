@@ -46,6 +46,8 @@ var claims = []claim{
 	{"deploy/actions/fleetcheck-kmsg-xid", "deploy/scripts_test.go", "TestKmsgXidWrapper"},
 	{"deploy/actions/fleetcheck-gpu-burn", "deploy/scripts_test.go", "TestGPUBurnWrapper"},
 	{"deploy/actions/fleetcheck-pcie-bandwidth", "deploy/scripts_test.go", "TestPCIeBandwidthWrapper"},
+	{"deploy/actions/fleetcheck-gpu-slowdown", "deploy/scripts_test.go", "TestGPUSlowdownWrapper"},
+	{"deploy/actions/fleetcheck-kill-workload", "deploy/scripts_test.go", "TestKillWorkloadWrapper"},
 	{"deploy/slurm/fleetcheck-prolog", "deploy/scripts_test.go", "TestSlurmProlog"},
 	{"deploy/slurm/fleetcheck-epilog", "deploy/scripts_test.go", "TestSlurmEpilog"},
 	{"deploy/prometheus/fleetcheck-rules.yml", "deploy/prometheus/rules_test.go", "TestRulesParse"},
