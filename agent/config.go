@@ -315,8 +315,9 @@ func ParseConfig(data []byte) (*Config, error) {
 
 // LoadConfig reads an agent config file. Relative paths in it (state_dir,
 // activity_file, tls files, checks.matrix_file, gossip.keyring_file,
-// host.path) are
-// taken relative to the file's directory, the compatibility matrix is
+// host.path, and programs given with a directory: actions' and
+// multi_node's command[0], checks.tools) are taken relative to the file's
+// directory, whatever the working directory; the compatibility matrix is
 // loaded and the gossip keyring checked.
 func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -327,11 +328,20 @@ func LoadConfig(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	base := filepath.Dir(path)
-	for _, p := range []*string{&c.StateDir, &c.ActivityFile, &c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile, &c.Checks.MatrixFile, &c.Host.Path} {
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(base, *p)
+	base := config.ConfigDir(path)
+	for _, p := range []*string{&c.StateDir, &c.ActivityFile, &c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile, &c.Host.Path} {
+		config.ResolvePath(base, p)
+	}
+	c.Checks.ResolvePaths(base)
+	for name, a := range c.Actions {
+		if len(a.Command) > 0 {
+			a.Command = slices.Clone(a.Command)
+			config.ResolveProgram(base, &a.Command[0])
+			c.Actions[name] = a
 		}
+	}
+	if m := c.MultiNode; m != nil && len(m.LauncherCommand) > 0 {
+		config.ResolveProgram(base, &m.LauncherCommand[0])
 	}
 	if c.Checks.MatrixFile != "" && c.Checks.Matrix == nil {
 		m, err := compat.Load(c.Checks.MatrixFile)

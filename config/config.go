@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -214,12 +215,9 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	c.ResolvePaths(ConfigDir(path))
 	if c.MatrixFile != "" && c.Matrix == nil {
-		p := c.MatrixFile
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(filepath.Dir(path), p)
-		}
-		m, err := compat.Load(p)
+		m, err := compat.Load(c.MatrixFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: matrix_file: %w", path, err)
 		}
@@ -244,6 +242,46 @@ var (
 	rangeToolTimeout  = R(Duration(time.Second), Duration(10*time.Minute))
 	rangeLongTimeout  = R(Duration(time.Second), Duration(12*time.Hour)) // nccl and dcgm level 4 run long
 )
+
+// ConfigDir is the directory relative paths in the config file at path
+// are taken against: the file's own, made absolute (so a later change of
+// working directory cannot move them).
+func ConfigDir(path string) string {
+	dir := filepath.Dir(path)
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
+}
+
+// ResolvePath makes a relative path absolute against base, the config
+// file's directory (ConfigDir); "" and absolute paths stay as they are.
+func ResolvePath(base string, p *string) {
+	if *p != "" && !filepath.IsAbs(*p) {
+		*p = filepath.Join(base, *p)
+	}
+}
+
+// ResolveProgram is ResolvePath for a program: a bare name ("nvidia-smi")
+// is looked up in PATH when run and stays as it is; a relative path with
+// a directory in it ("bin/nvidia-smi") is taken against base.
+func ResolveProgram(base string, p *string) {
+	if strings.ContainsRune(*p, filepath.Separator) {
+		ResolvePath(base, p)
+	}
+}
+
+// ResolvePaths takes the config's relative paths against base, the config
+// file's directory: matrix_file and the tools' programs.
+func (c *Config) ResolvePaths(base string) {
+	ResolvePath(base, &c.MatrixFile)
+	for _, p := range []*string{&c.Tools.NvidiaSMI, &c.Tools.Dmesg, &c.Tools.DCGMI, &c.Tools.AllReducePerf} {
+		ResolveProgram(base, p)
+	}
+	if len(c.Tools.Launcher) > 0 {
+		ResolveProgram(base, &c.Tools.Launcher[0])
+	}
+}
 
 // Validate checks what YAML types cannot: every numeric value against its
 // range (reported all at once), actions and transports. Every error wraps

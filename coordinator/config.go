@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/config"
@@ -184,7 +183,9 @@ func (c Config) Validate() error {
 
 // LoadConfig reads a YAML config file, fills in defaults and validates it.
 // Unknown keys are errors: a misspelt key would otherwise be ignored.
-// Relative TLS file paths are taken relative to the file's directory.
+// Relative paths (data_dir, the tls files, compat_matrix, the kubeconfig,
+// gossip.keyring_file, Slurm tools given with a directory) are taken
+// relative to the file's directory, whatever the working directory.
 func LoadConfig(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -194,12 +195,13 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	base := filepath.Dir(path)
+	base := config.ConfigDir(path)
 	c.Gossip.Resolve(base)
-	for _, p := range []*string{&c.TLS.CertFile, &c.TLS.KeyFile, &c.TLS.CAFile, &c.CompatMatrix, &c.Drain.Kubernetes.Kubeconfig} {
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(base, *p)
-		}
+	for _, p := range []*string{&c.DataDir, &c.TLS.CertFile, &c.TLS.KeyFile, &c.TLS.CAFile, &c.CompatMatrix, &c.Drain.Kubernetes.Kubeconfig} {
+		config.ResolvePath(base, p)
+	}
+	for _, p := range []*string{&c.Drain.Slurm.Scontrol, &c.Drain.Slurm.Sinfo, &c.Drain.Slurm.Squeue} {
+		config.ResolveProgram(base, p)
 	}
 	return c, nil
 }

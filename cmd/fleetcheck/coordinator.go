@@ -135,7 +135,7 @@ DIR/fleetcheck.db-shm, copy the backup to DIR/fleetcheck.db, start it.`,
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "the coordinator's data directory")
-	cmd.Flags().StringVar(&configFile, "config", "", "take the data directory from this coordinator config")
+	cmd.Flags().StringVar(&configFile, "config", "", "take the data directory from this coordinator config (a relative data_dir is the config file's directory's)")
 	return cmd
 }
 
