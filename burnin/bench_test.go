@@ -22,8 +22,8 @@ import (
 )
 
 // simBurnin wraps the simulated fleet with what burn-in needs beyond its
-// all_reduce model: passive checks and dcgm.diag that pass after a
-// simulated duration, and the pcie-bandwidth action.
+// all_reduce model: passive checks and dcgm.diag that pass (on the node's
+// inventory) after a simulated duration, and the pcie-bandwidth action.
 type simBurnin struct {
 	*simfleet.Fleet
 	clock *simfleet.Clock
@@ -41,6 +41,11 @@ func (s *simBurnin) RunChecks(ctx context.Context, node string, checks []string,
 		return nil, err
 	}
 	rep := &report.Report{Node: node}
+	// The node's inventory, as its agent reports it: a report that shows no
+	// GPU measured nothing and is inconclusive.
+	if n, ok, err := campaign.LookupNode(ctx, s.Fleet, node); err == nil && ok {
+		rep.Inventory = n.Inventory
+	}
 	for _, c := range checks {
 		rep.Checks = append(rep.Checks, report.CheckResult{Name: c, Status: report.Pass, Findings: []report.Finding{},
 			Metrics: map[string]float64{"gpu0." + c + "_c": 1}})

@@ -571,14 +571,17 @@ func rolloutStatusTable(w, term io.Writer, s rollout.Status) error {
 	if s.Blocked != "" {
 		fmt.Fprintf(w, "blocked: %s\n", s.Blocked)
 	}
-	fmt.Fprintln(w, "WAVE\tNAME\tSTATE\tSIZE\tBUDGET\tDONE\tFAILED\tACTIVE\tPENDING")
+	if s.Incomplete != "" {
+		fmt.Fprintf(w, "incomplete: %s\n", s.Incomplete)
+	}
+	fmt.Fprintln(w, "WAVE\tNAME\tSTATE\tSIZE\tBUDGET\tDONE\tFAILED\tSKIPPED\tACTIVE\tPENDING")
 	for _, wv := range s.Waves {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", wv.Index, wv.Name, wv.State, wv.Size, wv.Budget, wv.Done, wv.Failed, wv.Active, wv.Pending)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", wv.Index, wv.Name, wv.State, wv.Size, wv.Budget, wv.Done, wv.Failed, wv.Skipped, wv.Active, wv.Pending)
 	}
 	fmt.Fprintln(w, "NODE\tWAVE\tSTATE\tOP\tFROM\tSINCE\tREASON")
 	for _, n := range s.Nodes {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Wave, n.State, orDash(n.Op), orDash(n.FromDriver),
-			shortTime(n.Since), orDash(firstNonEmpty(n.Reason, n.LastError, n.Hold)))
+			shortTime(n.Since), orDash(firstNonEmpty(n.Reason, n.Waiting, n.LastError, n.Hold)))
 	}
 	return excludedTable(w, s.Excluded)
 }
