@@ -23,6 +23,7 @@ var metricAliases = map[string][]string{
 	"xid.before_reset_count":     {"xid.before_reset_events"},
 	"xid.outside_lookback_count": {"xid.outside_lookback_events"},
 	"xid.dropped_count":          {"xid.dropped_events"},
+	"gpu.peermem.loaded_flag":    {"gpu.peermem.loaded_count"},
 }
 
 // perGPUAliases are the same for gpu<i>.<rest> metrics.

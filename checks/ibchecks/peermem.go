@@ -24,7 +24,7 @@ import (
 // is configuration (modprobe nvidia_peermem, and load it at boot), which the
 // message says.
 //
-// Metric: gpu.peermem.loaded_count (1 or 0).
+// Metric: gpu.peermem.loaded_flag (1 or 0).
 type PeerMem struct{}
 
 var _ checks.Check = PeerMem{}
@@ -72,7 +72,7 @@ func (PeerMem) Run(in checks.Input) checks.Result {
 	}
 	res := checks.Result{Status: report.Pass}
 	if found == "" {
-		res.Metric("gpu.peermem.loaded_count", 0)
+		res.Metric("gpu.peermem.loaded_flag", 0)
 		res.Add(report.Finding{
 			Severity:  report.SevFail,
 			Component: checks.NodeComponent,
@@ -82,6 +82,6 @@ func (PeerMem) Run(in checks.Input) checks.Result {
 		})
 		return res
 	}
-	res.Metric("gpu.peermem.loaded_count", 1)
+	res.Metric("gpu.peermem.loaded_flag", 1)
 	return res
 }

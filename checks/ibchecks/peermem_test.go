@@ -36,7 +36,7 @@ func TestPeerMem(t *testing.T) {
 		{
 			name: "loaded on an IB node",
 			snap: withMods(ok(h100HCAs(), snapshot.SrcInfiniBand), "nvidia", "nvidia_peermem", "mlx5_ib"),
-			want: want{status: report.Pass, metrics: map[string]float64{"gpu.peermem.loaded_count": 1}},
+			want: want{status: report.Pass, metrics: map[string]float64{"gpu.peermem.loaded_flag": 1}},
 		},
 		{
 			name: "legacy nv_peer_mem counts",
@@ -46,7 +46,7 @@ func TestPeerMem(t *testing.T) {
 		{
 			name: "not loaded on an IB node",
 			snap: withMods(ok(h100HCAs(), snapshot.SrcInfiniBand), "nvidia", "mlx5_ib"),
-			want: want{status: report.Fail, findings: []wantFinding{notLoaded}, metrics: map[string]float64{"gpu.peermem.loaded_count": 0}},
+			want: want{status: report.Fail, findings: []wantFinding{notLoaded}, metrics: map[string]float64{"gpu.peermem.loaded_flag": 0}},
 		},
 		{
 			name: "disabled in config",
