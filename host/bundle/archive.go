@@ -92,11 +92,15 @@ func Unpack(r io.ReaderAt, size int64, lim Limits) (fs.FS, error) {
 	a := &archive{r: r, size: size, lim: lim}
 	m := newMemFS()
 	m.arc = a
-	var total int64
+	var total, names int64
 	budget := holdBudget{lim: lim}
 	err := a.pass(func(i int, hdr *tar.Header, tr *tar.Reader) error {
-		if i+1 > lim.MaxEntries {
+		// Directories a path implies count as entries too.
+		if i+1 > lim.MaxEntries || len(m.dirs)-1+len(m.files)+len(m.streamed) > lim.MaxEntries {
 			return fmt.Errorf("%w: more than %d entries", ErrHostile, lim.MaxEntries)
+		}
+		if err := checkName(hdr.Name, &names); err != nil {
+			return err
 		}
 		name, err := safeName(hdr.Name)
 		if err != nil {
@@ -160,6 +164,9 @@ func Unpack(r io.ReaderAt, size int64, lim Limits) (fs.FS, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(m.dirs)-1+len(m.files)+len(m.streamed) > lim.MaxEntries {
+		return nil, fmt.Errorf("%w: more than %d entries", ErrHostile, lim.MaxEntries)
 	}
 	return m, nil
 }

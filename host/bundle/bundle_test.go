@@ -79,6 +79,10 @@ func TestUnpackRefusesHostileArchives(t *testing.T) {
 		{"too many entries", []entry{manifest, {name: "a", typ: tar.TypeDir}, {name: "b", typ: tar.TypeDir}},
 			Limits{MaxTotalBytes: 1000, MaxFileBytes: 100, MaxEntries: 2}},
 		{"backslash", []entry{{name: `..\evil`, typ: tar.TypeReg, body: "x"}}, DefaultLimits},
+		{"name too long", []entry{{name: strings.Repeat("a", maxNameBytes+1), typ: tar.TypeReg, body: "x"}}, DefaultLimits},
+		{"too deep", []entry{{name: strings.Repeat("a/", maxNameDepth) + "x", typ: tar.TypeReg, body: "x"}}, DefaultLimits},
+		{"implied directories past the entries", []entry{{name: "a/b/c/d/e/x", typ: tar.TypeReg, body: "x"}},
+			Limits{MaxEntries: 3}},
 		// Each read of a large file decompresses the archive up to it: their
 		// count is bounded, and so is what the small ones hold.
 		{"too many large files", largeFiles(maxLargeFiles + 1), Limits{holdFileBytes: 4}},
@@ -425,6 +429,9 @@ func TestDirectoryBundleRefusesHostileFiles(t *testing.T) {
 			must(t, os.WriteFile(filepath.Join(dir, "a"), []byte("0123"), 0o644))
 			must(t, os.WriteFile(filepath.Join(dir, "b"), []byte("0123"), 0o644))
 		}, "", Limits{holdFileBytes: 4, holdTotalBytes: 6}, "add up to more than 6"},
+		{"too deep", func(t *testing.T, dir string) {
+			must(t, os.MkdirAll(filepath.Join(dir, strings.Repeat("a/", maxNameDepth+1)), 0o755))
+		}, "", DefaultLimits, "directories deep"},
 		{"symlink out", func(t *testing.T, dir string) {
 			must(t, os.MkdirAll(filepath.Join(dir, "fs"), 0o755))
 			must(t, os.Symlink("/proc", filepath.Join(dir, "fs/proc")))

@@ -63,6 +63,7 @@ func openDir(dir string, lim Limits) (*dirFS, error) {
 		entries int
 		total   int64
 		budget  = holdBudget{lim: lim}
+		names   int64
 	)
 	// The walk does not follow symlinks: every directory it lists is a real
 	// one under dir.
@@ -77,6 +78,9 @@ func openDir(dir string, lim Limits) (*dirFS, error) {
 			child := path.Join(rel, e.Name())
 			if entries++; entries > lim.MaxEntries {
 				return fmt.Errorf("%w: more than %d entries", ErrHostile, lim.MaxEntries)
+			}
+			if err := checkName(child, &names); err != nil {
+				return err
 			}
 			t := e.Type()
 			switch {

@@ -54,6 +54,30 @@ const (
 	maxLargeFiles  = 16
 )
 
+// Names bound what a bundle's paths cost: a path's length and depth (a
+// real bundle's longest is under 128 bytes and 10 deep), and the names of
+// all its entries together, which the reader keeps.
+const (
+	maxNameBytes  = 1024
+	maxNameDepth  = 32
+	maxNamesBytes = 32 << 20
+)
+
+// checkName refuses a path past the name limits; names is the running
+// total of the bundle's names so far.
+func checkName(p string, names *int64) error {
+	if len(p) > maxNameBytes {
+		return fmt.Errorf("%w: a path of %d bytes (%.64q...), limit %d", ErrHostile, len(p), p, maxNameBytes)
+	}
+	if d := strings.Count(p, "/") + 1; d > maxNameDepth {
+		return fmt.Errorf("%w: %.64q... is %d directories deep, limit %d", ErrHostile, p, d, maxNameDepth)
+	}
+	if *names += int64(len(p)); *names > maxNamesBytes {
+		return fmt.Errorf("%w: the entries' names add up to more than %d bytes", ErrHostile, maxNamesBytes)
+	}
+	return nil
+}
+
 // holdFile is the size up to which a file is held in memory.
 func (l Limits) holdFile() int64 {
 	if l.holdFileBytes > 0 {
