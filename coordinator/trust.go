@@ -149,7 +149,7 @@ func (r *Refusals) HandshakeFailed(peer net.Addr, reason pki.HandshakeReason, er
 	if held > 0 {
 		ev = ev.Uint64("suppressed", held)
 	}
-	ev.Str("peer", addr).Str("reason", string(reason)).Err(err).Msg("tls handshake refused: " + reason.Words())
+	ev.Str("peer", addr).Str("reason", string(reason)).Err(err).Msg("tls handshake failed: " + reason.Words())
 }
 
 // Suppressed counts the refusals not logged or recorded, by reason.

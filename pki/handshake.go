@@ -62,7 +62,7 @@ func (r HandshakeReason) Words() string {
 	case HandshakeProtocolVersion:
 		return "TLS version older than 1.3"
 	case HandshakePeerRefused:
-		return "peer refused our certificate"
+		return "the peer refused our certificate (its own error says why)"
 	case HandshakeClosed:
 		return "connection closed during the handshake"
 	case HandshakeTimeout:

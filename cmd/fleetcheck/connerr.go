@@ -62,19 +62,44 @@ func (f *opFlags) diagnose(ctx context.Context) string {
 }
 
 // diagnosePlaintext tells a coordinator that expects TLS: it answers a
-// TLS ClientHello.
+// TLS ClientHello with a TLS record. The probe hangs up at the first byte
+// of the answer, so the coordinator sees a closed connection (logged at
+// debug), not a client without a certificate.
 func diagnosePlaintext(ctx context.Context, raw net.Conn) string {
-	c := tls.Client(raw, &tls.Config{
-		// Only to learn whether the peer speaks TLS; nothing is sent.
-		InsecureSkipVerify: true, //nolint:gosec // a probe, no data
+	peek := &firstByte{Conn: raw}
+	c := tls.Client(peek, &tls.Config{
+		InsecureSkipVerify: true, //nolint:gosec // a probe: it ends before any certificate is read
 		NextProtos:         []string{"h2"},
 		MinVersion:         tls.VersionTLS12,
 	})
-	err := c.HandshakeContext(ctx)
-	if _, alert := pki.AlertCode(err); err == nil || alert {
+	_ = c.HandshakeContext(ctx) // ends with errProbeDone, or the connection's error
+	// 0x16: a handshake record (ServerHello); 0x15: an alert. Both are TLS.
+	if peek.got && (peek.b == 0x16 || peek.b == 0x15) {
 		return "the coordinator expects TLS; drop --insecure and give --cert, --key and --ca (an admin certificate: fleetcheck certs issue admin NAME)"
 	}
 	return ""
+}
+
+var errProbeDone = errors.New("probe done")
+
+// firstByte lets a TLS client write its ClientHello and keeps the first
+// byte the server answers, then ends the handshake.
+type firstByte struct {
+	net.Conn
+	b   byte
+	got bool
+}
+
+func (f *firstByte) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if n, err := f.Conn.Read(p[:1]); n == 1 {
+		f.b, f.got = p[0], true
+	} else if err != nil {
+		return 0, err
+	}
+	return 0, errProbeDone
 }
 
 // ourVerdict words why we refused the coordinator's certificate, or why
@@ -122,7 +147,7 @@ func theirVerdict(err error, leaf *x509.Certificate, now time.Time) string {
 	case pki.AlertCertificateRequired:
 		return "coordinator refused us: no certificate sent"
 	case pki.AlertBadCertificate:
-		return "coordinator refused our certificate (its log says why: tls handshake refused)"
+		return "coordinator refused our certificate (its log says why: tls handshake failed)"
 	}
 	return "coordinator refused the TLS handshake: " + err.Error()
 }

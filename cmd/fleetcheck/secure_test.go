@@ -366,7 +366,7 @@ tls:
 		})
 	}
 	waitUntil(t, "the coordinator's log line for the expired certificate", func() bool {
-		return logs.has("tls handshake refused: certificate expired")
+		return logs.has("tls handshake failed: certificate expired")
 	})
 
 	// An operator's request runs on the real agent and lands in the audit
