@@ -83,11 +83,20 @@ func (r *fakeRoot) script(name, body string) {
 	}
 }
 
-// run runs a script under /bin/sh with only the fakes and safe tools on
+// posixShell is dash where installed (the strictest common POSIX sh, so
+// a bash-only construct fails here), else /bin/sh.
+func posixShell() string {
+	if p, err := exec.LookPath("dash"); err == nil {
+		return p
+	}
+	return "/bin/sh"
+}
+
+// run runs a script under a POSIX sh with only the fakes and safe tools on
 // PATH; it returns the combined output and exit code.
 func (r *fakeRoot) run(script string, args ...string) (string, int) {
 	r.t.Helper()
-	cmd := exec.Command("/bin/sh", append([]string{script}, args...)...)
+	cmd := exec.Command(posixShell(), append([]string{script}, args...)...)
 	cmd.Env = append([]string{
 		"PATH=" + filepath.Join(r.dir, "bin") + ":" + filepath.Join(r.dir, "safe"),
 		"FAKE_LOG=" + r.log(), "TMPDIR=" + r.dir, "HOME=" + r.dir,

@@ -33,6 +33,7 @@ var claims = []claim{
 	{"examples/rollout.yaml", "agent/examples_test.go", "TestExampleAgentServesRollout"},
 	{"examples/rollout.yaml", "cmd/fleetcheck/examples_test.go", "TestExampleSpecsRun"},
 	{"examples/sweep.yaml", "cmd/fleetcheck/examples_test.go", "TestExampleSpecsRun"},
+	{"examples/sweep.yaml", "sweep/docs_test.go", "TestSpecReference"},
 	{"examples/coordinator.yaml", "coordinator/examples_test.go", "TestExampleConfigComplete"},
 	{"examples/matrix.yaml", "compat/matrix_test.go", "TestMarshalRoundTrip"},
 	{"examples/matrix.yaml", "cmd/fleetcheck/examples_test.go", "TestExampleSpecsRun"},

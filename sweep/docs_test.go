@@ -36,6 +36,13 @@ func TestSpecReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec, err := ParseSpec(ex)
+	if err != nil {
+		t.Fatalf("examples/sweep.yaml: %v", err)
+	}
+	if spec.Selector != "sku=h100-sxm-8" || !spec.Drain || spec.Budget.MaxShare != 0.25 {
+		t.Errorf("examples/sweep.yaml not read whole: %+v", spec)
+	}
 	keys := specKeys(reflect.TypeOf(Spec{}), "")
 	if len(keys) < 18 {
 		t.Fatalf("only %d keys: %v", len(keys), keys)
