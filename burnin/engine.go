@@ -484,20 +484,24 @@ func (e *Engine) phaseNodes(ctx context.Context, c campaignRow, oneUnit bool) (b
 	for _, st := range c.Spec.Suite.Steps {
 		steps[st.Name] = st
 	}
-	fleetSize := 0
-	if e.breaker != nil {
-		// The breaker's share is of the whole fleet.
-		all, err := e.fleet.Nodes(ctx, "")
-		if err != nil {
-			return false, fmt.Errorf("count the fleet: %w", err)
-		}
-		fleetSize = len(all)
+	// One listing per step: the breaker's share is of the whole fleet, and
+	// a node it shows connected needs no question of its own when its turn
+	// comes within freshListing of it.
+	all, err := e.fleet.Nodes(ctx, "")
+	if err != nil {
+		return false, fmt.Errorf("list the fleet: %w", err)
+	}
+	fleetSize, listedAt := len(all), e.clock.Now()
+	connected := make(map[string]bool, len(all))
+	for _, n := range all {
+		connected[n.Name] = n.Connected
 	}
 	var moved atomic.Bool
 	var mu sync.Mutex
 	var errs []error
 	e.pool(len(active), c.Spec.Concurrency, func(i int) {
-		p, err := e.nodeWork(ctx, c, active[i], steps, fleetSize, oneUnit)
+		listed := connected[active[i].Node] && e.clock.Now().Sub(listedAt) < freshListing
+		p, err := e.nodeWork(ctx, c, active[i], steps, fleetSize, listed, oneUnit)
 		if p {
 			moved.Store(true)
 		}
@@ -510,12 +514,19 @@ func (e *Engine) phaseNodes(ctx context.Context, c campaignRow, oneUnit bool) (b
 	return moved.Load(), errors.Join(errs...)
 }
 
-// nodeWork advances one node: drain, then its runs in order.
-func (e *Engine) nodeWork(ctx context.Context, c campaignRow, n nodeRow, steps map[string]Step, fleetSize int, oneUnit bool) (bool, error) {
+// freshListing is how old the step's fleet listing may be for a node's
+// turn to trust it; an older one is asked again, node by node.
+const freshListing = 2 * time.Second
+
+// nodeWork advances one node: drain, then its runs in order. listed says
+// the step's fresh listing showed its agent connected.
+func (e *Engine) nodeWork(ctx context.Context, c campaignRow, n nodeRow, steps map[string]Step, fleetSize int, listed, oneUnit bool) (bool, error) {
 	log := e.log.With().Str("campaign", c.ID).Str("node", n.Node).Logger()
 	progressed := false
-	if wait, err := e.awaitAgent(ctx, c, n, log); err != nil || wait {
-		return false, err
+	if !listed || !e.waits.Since(c.ID+"/"+n.Node).IsZero() {
+		if wait, err := e.awaitAgent(ctx, c, n, log); err != nil || wait {
+			return false, err
+		}
 	}
 	if n.State == NodePending || n.State == NodeDraining {
 		st, err := e.drainNode(ctx, c, n, fleetSize, log)
