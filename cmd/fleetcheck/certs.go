@@ -175,7 +175,7 @@ func newCertsShowCmd() *cobra.Command {
 }
 
 func writeCertSummary(w io.Writer, c *x509.Certificate, now time.Time) {
-	line := func(k, v string) { fmt.Fprintf(w, "%-11s %s\n", k+":", v) }
+	line := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k+":", v) }
 	if c.IsCA {
 		if td, err := pki.CATrustDomain(c); err == nil {
 			line("identity", "CA of trust domain "+td)
@@ -212,6 +212,13 @@ func writeCertSummary(w io.Writer, c *x509.Certificate, now time.Time) {
 	line("dns sans", joinOrNone(c.DNSNames))
 	line("ip sans", joinOrNone(ips))
 	line("usage", joinOrNone(extKeyUsageNames(c.ExtKeyUsage)))
+	if c.IsCA {
+		// What it may vouch for: an old CA without the exclusion also
+		// covers subdomains in x509 (the coordinator still holds it to
+		// its exact domain).
+		cons := "permits URI " + joinOrNone(c.PermittedURIDomains) + "; excludes URI " + joinOrNone(c.ExcludedURIDomains)
+		line("constraints", cons)
+	}
 	sum := sha256.Sum256(c.Raw)
 	line("sha256", hex.EncodeToString(sum[:]))
 }

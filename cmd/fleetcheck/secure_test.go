@@ -168,6 +168,11 @@ func TestSecureFleet(t *testing.T) {
 	if msg, code := execute(t, "certs", "init", "--dir", caDir, "--trust-domain", "fleet.test"); code != 0 {
 		t.Fatal(msg)
 	}
+	// A new CA vouches for its domain and none below it.
+	if out, code := execute(t, "certs", "show", filepath.Join(caDir, "ca.crt")); code != 0 ||
+		!strings.Contains(out, "constraints: permits URI fleet.test; excludes URI .fleet.test") {
+		t.Fatalf("certs show of a new CA: %d\n%s", code, out)
+	}
 	coordID := issue(t, caDir, "coordinator", "coord", "--ip", "127.0.0.1")
 	nodeID := issue(t, caDir, "node", "gpu-001")
 	otherID := issue(t, caDir, "node", "gpu-002")
