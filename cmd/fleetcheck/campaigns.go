@@ -189,8 +189,11 @@ func newBaselineRecordCmd() *cobra.Command {
 		Short: "Record a baseline from a stored result, the selected nodes' recent results, or samples",
 		Long: "Record a new baseline version.\n\n" +
 			"  --from RESULT_ID    the metric's value in that stored result (scope defaults to its node's)\n" +
-			"  --from SELECTOR     one node-scoped baseline per selected node, from its recent results\n" +
-			"  --sample V ...      the given measurements",
+			"  --from SELECTOR     one node-scoped baseline per selected node, from its recent results;\n" +
+			"                      nodes without the metric are listed as skipped, with why\n" +
+			"  --sample V ...      the given measurements\n\n" +
+			"From stored results the stack is the node's, as its inventory reported it then (driver,\n" +
+			"RDMA stack); --driver, --nccl and --rdma set or override fields.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := &pb.BaselineRecordRequest{Key: k.pb(), Samples: samples, Note: note}
@@ -205,7 +208,17 @@ func newBaselineRecordCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), baselineTable)
+				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), func(w io.Writer, r baselines.RecordReport) error {
+					if err := baselineTable(w, r.Recorded); err != nil {
+						return err
+					}
+					// Nodes left out say so, and why: a fleet-wide record
+					// that silently covers half the fleet is a trap.
+					for _, sk := range r.Skipped {
+						fmt.Fprintf(w, "skipped %s: %s\n", sk.Node, sk.Reason)
+					}
+					return nil
+				})
 			})
 		},
 	}
