@@ -35,6 +35,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/authz"
 	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/ratelimit"
 )
 
 const td = "fleet.test"
@@ -795,5 +796,24 @@ func TestRefusalLogsBounded(t *testing.T) {
 	}
 	if n == 0 || n > 10 {
 		t.Fatalf("%d refusal lines for 50 refusals, want 1..10", n)
+	}
+}
+
+// What is not logged is counted, by reason, in the limiter the caller
+// shares (the coordinator exports it as a metric).
+func TestRefusalsCountedWhenNotLogged(t *testing.T) {
+	t.Parallel()
+	limit := ratelimit.New(ratelimit.Options{Burst: 3, Every: time.Hour})
+	a, err := authz.New(authz.Config{Insecure: false, TrustDomain: td, Logger: zerolog.Nop(), Limit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := dial(t, serve(t, a, nil), insecure.NewCredentials())
+	for range 20 {
+		_, err := listNodes(t, cc)
+		wantCode(t, "ListNodes", err, codes.Unauthenticated)
+	}
+	if got := limit.Suppressed()[authz.ReasonUnauthenticated]; got != 17 {
+		t.Fatalf("suppressed %d, want 17 (20 refusals, 3 logged)", got)
 	}
 }
