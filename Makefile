@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN_DIR := $(CURDIR)/bin/tools
 FUZZTIME  ?= 60s
 
-.PHONY: help build test test-short bench demo demo-bundles proto proto-check lint fuzz clean
+.PHONY: help build test test-short e2e e2e-short bench demo demo-bundles proto proto-check lint fuzz clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -23,6 +23,14 @@ test: ## run the test suite with the race detector (no GPU, network or root need
 
 test-short: ## tests without the race detector
 	$(GO) test -count=1 ./...
+
+e2e: ## the staging fleet: the real binary as a coordinator and agents on simulated nodes, every campaign through the CLI, processes killed mid-way (minutes)
+	$(GO) vet -tags e2e ./e2e/
+	$(GO) test -tags e2e -count=1 -timeout 30m -v ./e2e/
+
+e2e-short: ## the part of make e2e that CI runs (about 3 minutes on 2 cores)
+	$(GO) vet -tags e2e ./e2e/
+	$(GO) test -tags e2e -short -count=1 -timeout 8m ./e2e/
 
 bench: ## benchmarks: analyze of an 8-GPU bundle and of the largest accepted kernel log (256 MiB), each parser, ingest; campaigns once each on the virtual clock
 	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/... ./sim/ ./store/ ./coordinator/

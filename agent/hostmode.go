@@ -20,6 +20,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/host/bundle"
 	"github.com/fleetcheck/fleetcheck/host/live"
 	"github.com/fleetcheck/fleetcheck/sim"
+	"github.com/fleetcheck/fleetcheck/snapshot"
 )
 
 // Host modes: what the agent reads and acts on.
@@ -49,6 +50,10 @@ type HostConfig struct {
 	// ActionDelay is how long a simulated driver change takes before the
 	// node reboots with it (default 0, at most 10m).
 	ActionDelay config.Duration `yaml:"action_delay"`
+	// LongToolTime is how long all_reduce_perf and dcgmi diag take on the
+	// simulated node (default 0, at most 10m): the disruptive checks then
+	// last long enough to be interrupted, as on real hardware.
+	LongToolTime config.Duration `yaml:"long_tool_time"`
 	// Faults are in place when the simulated node is first built, each in
 	// sim's text form ("ib_port_down mlx5_4", "ecc_uncorrectable GPU3 2").
 	// A restarted agent finds the node as it left it instead.
@@ -78,11 +83,11 @@ func (h HostConfig) mode() string {
 func (c *Config) validateHost() error {
 	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrInvalid}, a...)...) }
 	h := c.Host
-	simOnly := h.SKU != "" || h.Seed != 0 || h.DCGM != nil || h.ActionDelay != 0 || len(h.Faults) > 0
+	simOnly := h.SKU != "" || h.Seed != 0 || h.DCGM != nil || h.ActionDelay != 0 || h.LongToolTime != 0 || len(h.Faults) > 0
 	switch h.mode() {
 	case HostLive:
 		if simOnly || h.Path != "" {
-			return bad("host: sku, seed, dcgm, action_delay, faults and path apply to mode sim or bundle, not live")
+			return bad("host: sku, seed, dcgm, action_delay, long_tool_time, faults and path apply to mode sim or bundle, not live")
 		}
 		return nil
 	case HostSim:
@@ -94,6 +99,9 @@ func (c *Config) validateHost() error {
 		}
 		if d := time.Duration(h.ActionDelay); d < 0 || d > maxSimActionDelay {
 			return bad("host.action_delay %s: between 0 and %s", d, maxSimActionDelay)
+		}
+		if d := time.Duration(h.LongToolTime); d < 0 || d > maxSimActionDelay {
+			return bad("host.long_tool_time %s: between 0 and %s", d, maxSimActionDelay)
 		}
 		if len(h.Faults) > maxSimFaults {
 			return bad("host.faults: at most %d", maxSimFaults)
@@ -112,7 +120,7 @@ func (c *Config) validateHost() error {
 		}
 	case HostBundle:
 		if simOnly {
-			return bad("host: sku, seed, dcgm, action_delay and faults apply to mode sim, not bundle")
+			return bad("host: sku, seed, dcgm, action_delay, long_tool_time and faults apply to mode sim, not bundle")
 		}
 		if h.Path == "" {
 			return bad("host.path: the bundle to replay is required with mode bundle")
@@ -175,7 +183,36 @@ type simHost struct {
 	*sim.Node
 	path string
 	log  zerolog.Logger
-	mu   sync.Mutex // one save at a time
+	long time.Duration // all_reduce_perf and dcgmi diag take this long
+	mu   sync.Mutex    // one save at a time
+}
+
+// Capture renders a source; the long-running tools take their time
+// first (a deadline cuts them short, as it would the real tool).
+func (h *simHost) Capture(ctx context.Context, src snapshot.Source) host.Capture {
+	if h.long > 0 && (src == snapshot.SrcAllReduce || src == snapshot.SrcDCGMDiag) {
+		t := time.NewTimer(h.long)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	return h.Node.Capture(ctx, src)
+}
+
+// RunMultiNode takes as long as a single-node all_reduce_perf, then
+// renders the multi-node run.
+func (h *simHost) RunMultiNode(ctx context.Context, run host.MultiNodeRun) host.Capture {
+	if h.long > 0 {
+		t := time.NewTimer(h.long)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	return h.Node.RunMultiNode(ctx, run)
 }
 
 var (
@@ -200,7 +237,7 @@ func openSim(cfg *Config, log zerolog.Logger) (*simHost, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("host mode sim: state dir: %w", err)
 	}
-	h := &simHost{Node: n, path: filepath.Join(cfg.StateDir, SimStateFile), log: log}
+	h := &simHost{Node: n, path: filepath.Join(cfg.StateDir, SimStateFile), log: log, long: time.Duration(cfg.Host.LongToolTime)}
 	st, err := ReadSimState(h.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):

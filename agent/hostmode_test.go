@@ -14,6 +14,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/config"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/sim"
+	"github.com/fleetcheck/fleetcheck/snapshot"
 )
 
 const hostBase = "node: gpu-001\ncoordinator: 127.0.0.1:1\ninsecure: true\n"
@@ -50,6 +51,8 @@ func TestHostModeConfig(t *testing.T) {
 		{"bad sku", "host: {mode: sim, sku: b200}\n", `host.sku "b200": h100 or a100`},
 		{"bad fault", "host: {mode: sim, faults: [gpu_on_fire GPU0]}\n", `host.faults[0]: sim: bad fault: unknown fault kind "gpu_on_fire"`},
 		{"long delay", "host: {mode: sim, action_delay: 1h}\n", "host.action_delay 1h0m0s: between 0 and 10m0s"},
+		{"long tool time", "host: {mode: sim, long_tool_time: 11m}\n", "host.long_tool_time 11m0s: between 0 and 10m0s"},
+		{"tool time on live", "host: {long_tool_time: 1s}\n", "not live"},
 		{"sim with host_root", "host_root: /host\nhost: {mode: sim}\n", `host_root "/host" reads the real machine; host mode sim reads none`},
 		{"sim with tool paths", "host: {mode: sim}\nchecks: {tools: {nvidia_smi: /opt/bin/nvidia-smi}}\n", "checks.tools: tool paths"},
 		{"sim with tool timeouts", "host: {mode: sim}\nchecks: {tools: {timeout: 10s}}\n", ""},
@@ -226,5 +229,29 @@ func TestBundleHostAgent(t *testing.T) {
 	if _, err := OpenHost(simHostConfig(t, t.TempDir(), "host: {mode: bundle, path: /nonexistent/bundle}\n"), zerolog.Nop()); err == nil ||
 		!strings.Contains(err.Error(), "host mode bundle") {
 		t.Errorf("missing bundle: %v", err)
+	}
+}
+
+// TestSimHostLongTools: all_reduce_perf takes long_tool_time, and a
+// deadline cuts it short with a timeout, as on a real node; passive
+// sources answer at once.
+func TestSimHostLongTools(t *testing.T) {
+	t.Parallel()
+	h, err := OpenHost(simHostConfig(t, t.TempDir(), "host: {mode: sim, long_tool_time: 300ms}\n"), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if c := h.Capture(context.Background(), snapshot.SrcAllReduce); c.State != snapshot.StateOK || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("all_reduce_perf: %s after %s", c.State, time.Since(start))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if c := h.Capture(ctx, snapshot.SrcAllReduce); c.State != snapshot.StateTimeout {
+		t.Errorf("all_reduce_perf past its deadline: %s %q", c.State, c.Err)
+	}
+	start = time.Now()
+	if c := h.Capture(context.Background(), snapshot.SrcNvidiaSMI); c.State != snapshot.StateOK || time.Since(start) > 200*time.Millisecond {
+		t.Errorf("nvidia-smi: %s after %s", c.State, time.Since(start))
 	}
 }

@@ -1,0 +1,14 @@
+// Package e2e runs the real fleetcheck binary as separate processes — a
+// coordinator and agents on simulated nodes (`host: {mode: sim}`), mutual
+// TLS on 127.0.0.1 with certificates from `fleetcheck certs` — drives every
+// campaign through the CLI, and kills the coordinator (SIGKILL, restarted
+// on the same data directory and port) and agents in the middle of each.
+// After each campaign it checks what must hold across those kills: the
+// campaign completes or stops with a stated reason, no node is skipped
+// while its agent reconnects, no node is upgraded twice, and every result
+// an agent saw acknowledged is stored exactly once.
+//
+// The tests sit behind the e2e build tag so that `go test ./...` stays
+// fast: `make e2e` runs the full suite, `make e2e-short` (-short) the part
+// CI runs, in about three minutes on two cores.
+package e2e
