@@ -179,3 +179,24 @@ func TestStatusShowsEachNodesStep(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectGraceBounds: connect_grace is a duration within 5s..24h;
+// anything else is refused with the key named.
+func TestConnectGraceBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		v  string
+		ok bool
+	}{{"2m", true}, {"5s", true}, {"24h", true}, {"1s", false}, {"25h", false}, {"-1m", false}, {"abc", false}, {"1e400h", false}, {"9223372036854775807", false}} {
+		spec, err := ParseSpec([]byte("selector: a=b\nlevel: quick\nconnect_grace: " + tc.v + "\n"))
+		if (err == nil) != tc.ok {
+			t.Errorf("connect_grace %s: %v", tc.v, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "connect_grace") && !strings.Contains(err.Error(), "line 3") {
+			t.Errorf("connect_grace %s: error names neither key nor line: %v", tc.v, err)
+		}
+		if err == nil && spec.connectGrace() <= 0 {
+			t.Errorf("connect_grace %s: %v", tc.v, spec.connectGrace())
+		}
+	}
+}

@@ -238,3 +238,16 @@ func TestExpectedCheckSkippedIsNotInjected(t *testing.T) {
 		t.Fatalf("injected %d times", n)
 	}
 }
+
+func TestConnectGraceBounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		v  string
+		ok bool
+	}{{"2m", true}, {"1s", false}, {"25h", false}, {"-1m", false}, {"soon", false}} {
+		_, err := ParseSpec([]byte("fault: xid-inject\ntargets: a=b\nconnect_grace: " + tc.v + "\n"))
+		if (err == nil) != tc.ok {
+			t.Errorf("connect_grace %s: %v", tc.v, err)
+		}
+	}
+}
