@@ -172,6 +172,13 @@ type e2eNode struct {
 
 func newE2EFleet(t *testing.T, clock *e2eClock, nodes ...e2eNode) *e2eFleet {
 	t.Helper()
+	return newE2EFleetWith(t, clock, nil, nodes...)
+}
+
+// newE2EFleetWith is newE2EFleet with the coordinator's config adjusted
+// by mod (a drain policy).
+func newE2EFleetWith(t *testing.T, clock *e2eClock, mod func(*coordinator.Config), nodes ...e2eNode) *e2eFleet {
+	t.Helper()
 	f := &e2eFleet{t: t, nodes: map[string]*sim.Node{}, logs: &e2eLogs{}}
 	f.drain = drain.NewNone(func(node string, st drain.Status) {
 		f.mu.Lock()
@@ -181,6 +188,9 @@ func newE2EFleet(t *testing.T, clock *e2eClock, nodes ...e2eNode) *e2eFleet {
 	log := zerolog.New(f.logs).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	cfg := coordinator.Config{Listen: "127.0.0.1:0", HTTPListen: "off", DataDir: t.TempDir(),
 		HeartbeatInterval: time.Second, Insecure: true}
+	if mod != nil {
+		mod(&cfg)
+	}
 	srv, err := coordinator.New(cfg, coordinator.Options{Logger: log.With().Str("component", "coordinator").Logger(),
 		Version: "e2e", CampaignClock: clock, Drain: f.drain})
 	if err != nil {
