@@ -249,6 +249,12 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 	sess.activity.Store(int32(hello.GetActivity()))
 	welcome, err := s.attach(sctx, sess, hello)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The agent, or the coordinator stopping, ended the stream
+			// first: nothing went wrong here.
+			log.Debug().Err(err).Msg("agent join not recorded: the stream ended")
+			return status.FromContextError(ctx.Err()).Err()
+		}
 		log.Error().Err(err).Msg("agent join not recorded")
 		return status.Error(codes.Unavailable, "coordinator store unavailable; retry")
 	}

@@ -18,6 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -28,6 +29,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/coordinator"
 	"github.com/fleetcheck/fleetcheck/host"
 	"github.com/fleetcheck/fleetcheck/membership"
+	"github.com/fleetcheck/fleetcheck/metrics"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/report"
 	"github.com/fleetcheck/fleetcheck/sim"
@@ -100,8 +102,13 @@ var faultPlan = []struct {
 }
 
 // toolTimeout bounds each simulated tool run, as tools.timeout does on a
-// live host: a hung nvidia-smi costs one result, not the pass.
-const toolTimeout = 2 * time.Second
+// live host: a hung nvidia-smi costs one result, not the pass. Two seconds
+// for the default fleet; more for a large one, whose simulated tools share
+// this machine's cores and take longer to render while every node runs its
+// pass at once (7 s at 1000 nodes).
+func toolTimeout(nodes int) time.Duration {
+	return 2*time.Second + time.Duration(nodes)*5*time.Millisecond
+}
 
 // Run plays the scenario and returns its outcome.
 func Run(ctx context.Context, opts Options) (*Result, error) {
@@ -132,27 +139,40 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	// scenario can partition one node's gossip.
 	faults := membership.NewFaultNetwork()
 	defer faults.Close()
+	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x5eed))
+	order := rng.Perm(opts.Nodes)
+	// The faulted nodes and the partition step's victim come first in
+	// order: they are among the agents that gossip.
+	gossipers := min(opts.Nodes, maxGossipAgents)
 	gossipTune := func(c *membership.Config) error {
-		demoGossipTimings(c)
+		demoGossipTimings(c, gossipers+1)
 		t, err := faults.LoopbackTransport(opts.Logger)
 		c.Transport = t
 		return err
 	}
 	var tuneErr error
 
+	// The coordinator's /metrics, as `fleetcheck coordinator` serves it.
+	reg := prometheus.NewRegistry()
+	cm, err := metrics.NewCoordinator(reg)
+	if err != nil {
+		return nil, fmt.Errorf("demo: metrics: %w", err)
+	}
 	// Loopback only, bind and advertise: nothing leaves this machine.
 	srv, err := coordinator.New(coordinator.Config{
 		Listen:            "127.0.0.1:0",
 		HTTPListen:        "127.0.0.1:0",
 		DataDir:           filepath.Join(dir, "coordinator"),
-		HeartbeatInterval: time.Second,
+		HeartbeatInterval: demoHeartbeat(opts.Nodes),
 		Insecure:          true,
 		Gossip:            loopbackGossip(),
-	}, coordinator.Options{Logger: opts.Logger, Version: opts.Version,
+	}, coordinator.Options{Logger: opts.Logger, Version: opts.Version, Metrics: cm,
 		Gossip: func(c *membership.Config) { tuneErr = errors.Join(tuneErr, gossipTune(c)) }})
 	if err != nil {
 		return nil, fmt.Errorf("demo: coordinator: %w", err)
 	}
+	cm.Watch(srv.Stats)
+	srv.HTTPMux().Handle("/metrics", metrics.Handler(reg))
 	if err := srv.Start(ctx); err != nil {
 		return nil, fmt.Errorf("demo: start coordinator: %w", err)
 	}
@@ -161,9 +181,15 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	defer srv.Stop(context.Background())
 	addr := srv.GRPCAddr().String()
-	say("coordinator listening on %s (plaintext, loopback only; data in %s)", addr, dir)
+	httpAddr := srv.HTTPAddr().String()
+	say("coordinator listening on 127.0.0.1 only, plaintext: gRPC %s, HTTP http://%s (/metrics, /healthz), gossip %s; data in %s",
+		addr, httpAddr, srv.GossipAddr(), dir)
 
-	nodes, err := startFleet(ctx, opts, dir, addr, func(c *membership.Config) {
+	gossiping := map[int]bool{}
+	for _, i := range order[:gossipers] {
+		gossiping[i] = true
+	}
+	nodes, err := startFleet(ctx, opts, dir, addr, gossiping, func(c *membership.Config) {
 		if err := gossipTune(c); err != nil {
 			opts.Logger.Error().Err(err).Msg("demo gossip transport")
 		}
@@ -182,8 +208,12 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 			}
 		}()
 	}
-	say("%d simulated 8x H100 nodes joined; waiting for their first quick pass", len(nodes))
-	if err := waitStates(ctx, srv.Store(), len(nodes), func(st string) bool { return st == coordinator.StateHealthy }); err != nil {
+	if gossipers < len(nodes) {
+		say("%d simulated 8x H100 nodes joined, %d of them in the gossip pool (the demo bounds it: all members share this machine); waiting for their first quick pass", len(nodes), gossipers)
+	} else {
+		say("%d simulated 8x H100 nodes joined; waiting for their first quick pass", len(nodes))
+	}
+	if err := waitStates(ctx, srv.Store(), len(nodes), scaled(60*time.Second, len(nodes)), func(st string) bool { return st == coordinator.StateHealthy }); err != nil {
 		return nil, fmt.Errorf("demo: waiting for a healthy fleet: %w", err)
 	}
 	say("all %d nodes healthy", len(nodes))
@@ -192,8 +222,6 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	res.Scenario.Nodes = len(nodes)
 	res.Scenario.Seed = opts.Seed
 	res.Scenario.Coordinator = addr
-	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x5eed))
-	order := rng.Perm(len(nodes))
 	for i, p := range faultPlan {
 		if i >= len(nodes) {
 			break
@@ -210,7 +238,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 
 	say("fleet-wide check of every passive check")
 	start := time.Now()
-	final, err := fleetCheck(ctx, addr)
+	final, err := fleetCheck(ctx, addr, scaled(20*time.Second, len(nodes)))
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +255,8 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		}
 	}
 	if opts.Serve {
-		say("serving until interrupted: try `fleetcheck nodes --insecure --coordinator %s`", addr)
+		say("serving until interrupted: gRPC %s (try `fleetcheck nodes --insecure --coordinator %s`), metrics http://%s/metrics, gossip %s (`fleetcheck gossip members --insecure --coordinator %s` lists every member's address)",
+			addr, addr, httpAddr, srv.GossipAddr(), addr)
 		<-ctx.Done()
 	}
 	return res, nil
@@ -238,7 +267,23 @@ type fleetNode struct {
 	agent *agent.Agent
 }
 
-func startFleet(ctx context.Context, opts Options, dir, addr string, gossipTune func(*membership.Config)) ([]fleetNode, error) {
+// demoHeartbeat is the agents' heartbeat interval: a second for a small
+// fleet, so that the demo shows a lost stream quickly, and longer for a
+// large one (10 s, production's default, at 1000 nodes), whose agents,
+// sharing this machine, cannot all be heard from every second while their
+// passes run; a stream is closed after three silent intervals.
+func demoHeartbeat(nodes int) time.Duration {
+	return max(time.Second, time.Duration(nodes)*10*time.Millisecond)
+}
+
+// scaled stretches a wait that suits the default 16 nodes to a fleet of n
+// sharing this machine: each node's pass costs CPU time, and a 1000-node
+// fleet's first pass takes a minute or more on two cores.
+func scaled(base time.Duration, n int) time.Duration {
+	return base + time.Duration(n)*100*time.Millisecond
+}
+
+func startFleet(ctx context.Context, opts Options, dir, addr string, gossiping map[int]bool, gossipTune func(*membership.Config)) ([]fleetNode, error) {
 	var out []fleetNode
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("gpu-%03d", i+1)
@@ -263,8 +308,10 @@ func startFleet(ctx context.Context, opts Options, dir, addr string, gossipTune 
 		cfg.Activity = agent.ActivityIdle
 		cfg.Checks.Expect = config.Expect{GPUCount: 8, IBPorts: 8, IBRateGbps: 400}
 		// No join address: agents join the one the coordinator announces.
-		cfg.Gossip = loopbackGossip()
-		a, err := agent.New(cfg, timeoutHost{n}, opts.Logger.With().Str("node", name).Logger(),
+		if gossiping[i] {
+			cfg.Gossip = loopbackGossip()
+		}
+		a, err := agent.New(cfg, timeoutHost{n, toolTimeout(opts.Nodes)}, opts.Logger.With().Str("node", name).Logger(),
 			agent.WithVersion(opts.Version), agent.WithGossipConfig(gossipTune),
 			agent.WithBackoff(agent.ExpBackoff{Initial: 50 * time.Millisecond, Max: time.Second}))
 		if err != nil {
@@ -277,20 +324,23 @@ func startFleet(ctx context.Context, opts Options, dir, addr string, gossipTune 
 
 // timeoutHost gives each simulated tool run the deadline a live host's
 // tools.timeout gives it.
-type timeoutHost struct{ *sim.Node }
+type timeoutHost struct {
+	*sim.Node
+	timeout time.Duration
+}
 
 func (h timeoutHost) Capture(ctx context.Context, src snapshot.Source) host.Capture {
-	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	c := h.Node.Capture(ctx, src)
 	if c.State == snapshot.StateTimeout {
-		c.Err = fmt.Sprintf("%s timed out after %s", src, toolTimeout)
+		c.Err = fmt.Sprintf("%s timed out after %s", src, h.timeout)
 	}
 	return c
 }
 
-func waitStates(ctx context.Context, st *store.Store, want int, ok func(string) bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+func waitStates(ctx context.Context, st *store.Store, want int, within time.Duration, ok func(string) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for {
 		nodes, err := st.Nodes(ctx)
@@ -326,7 +376,7 @@ func passiveChecks() []string {
 
 // fleetCheck asks the coordinator, through its operator API like the CLI
 // does, to run the passive checks on every node and waits for the end.
-func fleetCheck(ctx context.Context, addr string) (*pb.RunCheckProgress, error) {
+func fleetCheck(ctx context.Context, addr string, timeout time.Duration) (*pb.RunCheckProgress, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("demo: dial coordinator: %w", err)
@@ -334,7 +384,7 @@ func fleetCheck(ctx context.Context, addr string) (*pb.RunCheckProgress, error) 
 	defer conn.Close()
 	stream, err := pb.NewOperatorServiceClient(conn).RunCheck(ctx, &pb.RunCheckRequest{
 		Checks:    passiveChecks(),
-		TimeoutMs: (20 * time.Second).Milliseconds(),
+		TimeoutMs: timeout.Milliseconds(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("demo: run check: %w", err)

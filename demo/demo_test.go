@@ -3,11 +3,13 @@ package demo
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 )
 
 // TestDemoCatchesEveryInjectedFault runs the whole scenario: a real
@@ -17,7 +19,50 @@ import (
 func TestDemoCatchesEveryInjectedFault(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	res, err := Run(ctx, Options{Nodes: 8, Seed: 7, Logger: zerolog.Nop(), DataDir: t.TempDir()})
+	// The log as the CLI writes it, at info level: a clean run logs no
+	// error, and a log that is not a terminal gets no colour codes.
+	var logs, progress syncBuffer
+	type outcome struct {
+		res *Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := Run(ctx, Options{Nodes: 8, Seed: 7, Logger: Logger(&logs, true), DataDir: t.TempDir(),
+			Progress: &progress, Serve: true})
+		done <- outcome{res, err}
+	}()
+	// --serve: the scenario ran, and the coordinator serves /metrics at
+	// the address it printed.
+	serving := regexp.MustCompile(`serving until interrupted: gRPC (\S+) .* metrics (http://\S+/metrics), gossip (\S+)`)
+	var m []string
+	for m == nil {
+		select {
+		case o := <-done:
+			t.Fatalf("demo ended before serving: %v\n%s", o.err, progress.String())
+		case <-ctx.Done():
+			t.Fatalf("demo never served:\n%s", progress.String())
+		case <-time.After(50 * time.Millisecond):
+			m = serving.FindStringSubmatch(progress.String())
+		}
+	}
+	for _, a := range []string{m[1], strings.TrimSuffix(strings.TrimPrefix(m[2], "http://"), "/metrics"), m[3]} {
+		if !strings.HasPrefix(a, "127.0.0.1:") {
+			t.Errorf("demo listens on %q, want 127.0.0.1 only", a)
+		}
+	}
+	resp, err := http.Get(m[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `fleetcheck_nodes{state="healthy"}`) {
+		t.Errorf("GET %s: %d %v\n%.500s", m[2], resp.StatusCode, err, body)
+	}
+	cancel()
+	o := <-done
+	res, err := o.res, o.err
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,4 +102,35 @@ func TestDemoCatchesEveryInjectedFault(t *testing.T) {
 	if faulted[g.Node] || !g.StreamUp || !strings.HasPrefix(g.Reason, "gossip:") {
 		t.Errorf("gossip step = %+v, want a healthy node cut with its stream up and a gossip reason", g)
 	}
+
+	out := logs.String()
+	if !strings.Contains(out, "INF") {
+		t.Fatalf("no info lines logged: the log is not captured:\n%.2000s", out)
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("colour codes in a log that is not a terminal:\n%q", out[:min(len(out), 500)])
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && (f[1] == "ERR" || f[1] == "FTL" || f[1] == "PNC") {
+			t.Errorf("a clean run logged an error: %s", line)
+		}
+	}
+}
+
+// syncBuffer collects what several goroutines write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -30,14 +30,27 @@ func loopbackGossip() *membership.FileConfig {
 	return &membership.FileConfig{Bind: "127.0.0.1:0", Advertise: "127.0.0.1", ClusterLabel: "fleetcheck-demo"}
 }
 
-// demoGossipTimings detect a dead member in about a second, so the demo
-// need not wait out production's 10 s suspicion timeout.
-func demoGossipTimings(c *membership.Config) {
-	c.ProbeInterval = 200 * time.Millisecond
-	c.ProbeTimeout = 100 * time.Millisecond
-	c.GossipInterval = 50 * time.Millisecond
+// maxGossipAgents bounds how many of the demo's agents join the gossip
+// pool. Every member probes another every probe interval and exchanges its
+// whole state with one every push-pull interval, so the pool's work grows
+// with its size; in production each member has a host of its own, in the
+// demo all of them share this machine's cores. Beyond the bound agents
+// run with gossip off, as an agent whose config has no gossip block does:
+// their streams alone say they are alive.
+const maxGossipAgents = 64
+
+// demoGossipTimings detect a dead member within seconds, so the demo need
+// not wait out production's 10 s suspicion timeout, yet leave a probe
+// time to be answered on a loaded machine: they scale with the members
+// sharing it (the coordinator and up to maxGossipAgents agents). A probe
+// timeout a loaded machine cannot meet makes members suspect each other
+// and dial streams they give up on before writing to them.
+func demoGossipTimings(c *membership.Config, members int) {
+	c.ProbeInterval = max(200*time.Millisecond, time.Duration(members)*5*time.Millisecond)
+	c.ProbeTimeout = c.ProbeInterval / 2
+	c.GossipInterval = max(50*time.Millisecond, c.ProbeInterval/4)
 	c.SuspicionMult = 3
-	c.PushPullInterval = 2 * time.Second
+	c.PushPullInterval = max(2*time.Second, time.Duration(members)*50*time.Millisecond)
 	c.RejoinInterval = 300 * time.Millisecond
 }
 

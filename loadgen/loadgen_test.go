@@ -170,10 +170,30 @@ func TestProcReadings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Total <= 0 || m.Busy < 0 || m.Busy > m.Total {
+	if m.Total <= 0 || m.Busy < 0 || m.Busy > m.Total || m.CPUs < 1 || m.Load1 < 0 {
 		t.Errorf("machine reading %+v", m)
 	}
 	if lim, err := RaiseFileLimit(); err != nil || lim == 0 {
 		t.Errorf("file limit %d: %v", lim, err)
+	}
+}
+
+func TestParseLoadAvg(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want float64
+		ok   bool
+	}{
+		{"0.42 0.61 0.50 1/123 4567\n", 0.42, true},
+		{"17.06 13.48 8.55 40/900 1234", 17.06, true},
+		{"", 0, false},
+		{"-1 0 0 1/1 1", 0, false},
+		{"load 0 0", 0, false},
+	} {
+		got, err := parseLoadAvg(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseLoadAvg(%q) = %v, %v; want %v (ok %v)", tc.in, got, err, tc.want, tc.ok)
+		}
 	}
 }

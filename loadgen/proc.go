@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,9 +80,13 @@ func RaiseFileLimit() (uint64, error) {
 }
 
 // Machine is the whole machine's CPU time so far, from /proc/stat: what
-// every process used, busy, and the time all CPUs had, total.
+// every process used, busy, and the time all CPUs had, total; and its load
+// average over the last minute with the CPUs it has, from /proc/loadavg,
+// which a figure measured on a shared machine must be read with.
 type Machine struct {
 	Busy, Total time.Duration
+	Load1       float64
+	CPUs        int
 }
 
 // ReadMachine reads /proc/stat (Linux). Benchmarks on a shared machine
@@ -116,5 +121,26 @@ func ReadMachine() (Machine, error) {
 			m.Total -= d
 		}
 	}
+	m.CPUs = runtime.NumCPU()
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.Load1, err = parseLoadAvg(string(b))
+		if err != nil {
+			return Machine{}, err
+		}
+	}
 	return m, nil
+}
+
+// parseLoadAvg reads the one-minute load average from /proc/loadavg
+// ("0.42 0.61 0.50 1/123 4567").
+func parseLoadAvg(s string) (float64, error) {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return 0, fmt.Errorf("/proc/loadavg: empty")
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("/proc/loadavg: %q is not a load average", f[0])
+	}
+	return v, nil
 }

@@ -29,6 +29,21 @@ func TestLogWriterLevels(t *testing.T) {
 		{"no tag at all", "info", "no tag at all"},
 		{"[BOGUS] unknown tag", "info", "[BOGUS] unknown tag"},
 		{"[ERR] memberlist: bracket [inside] message\n", "error", "bracket [inside] message"},
+		// One exchange with a slow or departed peer cut short: the failure
+		// detector's input, a warning.
+		{"[ERR] memberlist: Failed fallback TCP ping: timeout 162ms: read tcp 127.0.0.1:33706->127.0.0.1:46089: i/o timeout", "warn",
+			"Failed fallback TCP ping: timeout 162ms: read tcp 127.0.0.1:33706->127.0.0.1:46089: i/o timeout"},
+		{"[ERR] memberlist: Push/Pull with gpu-107 failed: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer", "warn",
+			"Push/Pull with gpu-107 failed: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"},
+		{"[ERR] memberlist: failed to receive: msgpack decode error [pos 1]: read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout from=127.0.0.1:2", "warn",
+			"failed to receive: msgpack decode error [pos 1]: read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout from=127.0.0.1:2"},
+		{"[ERR] memberlist: Too many pending push/pull requests", "warn", "Too many pending push/pull requests"},
+		// Misconfiguration and malformed input stay errors.
+		{"[ERR] memberlist: failed to receive: No installed keys could decrypt the message from=127.0.0.1:2", "error",
+			"failed to receive: No installed keys could decrypt the message from=127.0.0.1:2"},
+		{`[ERR] memberlist: discarding stream with unacceptable label "other": from=127.0.0.1:2`, "error",
+			`discarding stream with unacceptable label "other": from=127.0.0.1:2`},
+		{"[ERR] memberlist: Failed to decode ping: EOF", "error", "Failed to decode ping: EOF"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.level+"/"+tc.msg, func(t *testing.T) {

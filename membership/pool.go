@@ -91,12 +91,20 @@ func New(cfg Config, logger zerolog.Logger, events Events) (*Pool, error) {
 		}
 	}
 
-	mc := p.memberlistConfig(logger)
+	transport := cfg.Transport
+	if transport == nil {
+		if transport, err = netTransport(cfg, logger); err != nil {
+			return nil, err
+		}
+	}
+	screened := screenStreams(transport, cfg.TCPTimeout, logger)
+	mc := p.memberlistConfig(logger, screened)
 	// The queue must run before Create: memberlist reports the local node's
 	// join from inside Create.
 	p.events = newEventQueue(events)
 	p.ml, err = memberlist.Create(mc)
 	if err != nil {
+		_ = screened.Shutdown()
 		p.events.close()
 		return nil, fmt.Errorf("start memberlist on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
 	}
@@ -112,7 +120,7 @@ func New(cfg Config, logger zerolog.Logger, events Events) (*Pool, error) {
 	return p, nil
 }
 
-func (p *Pool) memberlistConfig(logger zerolog.Logger) *memberlist.Config {
+func (p *Pool) memberlistConfig(logger zerolog.Logger, transport memberlist.NodeAwareTransport) *memberlist.Config {
 	cfg := p.cfg
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.NodeName
@@ -123,14 +131,13 @@ func (p *Pool) memberlistConfig(logger zerolog.Logger) *memberlist.Config {
 	mc.AdvertiseAddr = cfg.AdvertiseAddr
 	mc.AdvertisePort = cfg.AdvertisePort
 	if mc.AdvertisePort == 0 {
-		// memberlist fills it in when it binds port 0 itself; a given
-		// transport that bound port 0 says which port it got.
+		// A transport that bound port 0 says which port it got.
 		mc.AdvertisePort = cfg.BindPort
-		if ap, ok := cfg.Transport.(interface{ GetAutoBindPort() int }); ok {
+		if ap, ok := transport.(interface{ GetAutoBindPort() int }); ok && ap.GetAutoBindPort() > 0 {
 			mc.AdvertisePort = ap.GetAutoBindPort()
 		}
 	}
-	mc.Transport = cfg.Transport
+	mc.Transport = transport
 	mc.Label = cfg.ClusterLabel
 	mc.Keyring = p.keyring
 	mc.ProbeInterval = cfg.ProbeInterval

@@ -81,6 +81,10 @@ stop_coordinator() {
 
 rows="$work/rows.md"
 : >"$rows"
+# The figures depend on what else the machine runs: the load average
+# before and after goes next to them (each CPU row also says how many cores
+# other processes took).
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo "== $AGENTS agents" >&2
 start_coordinator small
@@ -102,7 +106,9 @@ fi
 
 cpus=$(nproc)
 echo
-echo "fleetcheck bench-fleet, $(date -u +%Y-%m-%dT%H:%MZ), $cpus CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "fleetcheck bench-fleet, $(date -u +%Y-%m-%dT%H:%MZ), $cpus CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')), load average (1, 5, 15 min) before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "A load average above $cpus means processes waited for a CPU: compare figures only from quiet runs; CPU per check result depends least on it."
 echo
 echo "| scale | figure | value | target | |"
 echo "| --- | --- | --- | --- | --- |"

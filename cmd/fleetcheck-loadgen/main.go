@@ -328,12 +328,12 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 			target, ok = fmt.Sprintf("≥ %.0f /s", o.targetRate), verdict(rate >= o.targetRate)
 		}
 		tab.row(fmt.Sprintf("sustained check results stored /s (%d checks per result, window %d, %s)", len(names), o.window, o.sustain),
-			fmt.Sprintf("%.0f /s (%.0f results/s)", rate, float64(st.Results)/st.Elapsed.Seconds()), target, ok)
+			fmt.Sprintf("%.0f /s (%.0f results/s; %s)", rate, float64(st.Results)/st.Elapsed.Seconds(), load(before, after)), target, ok)
 		tab.row("CPU while sustaining (and draining)", usage(before, after), "", "")
 		if o.pid != 0 && st.CheckResults > 0 {
 			c := fleet.Counters()
 			per := (after.coord.CPU - before.coord.CPU).Seconds() / float64(c.CheckResults-checksBefore)
-			tab.row("coordinator CPU per check result stored", fmt.Sprintf("%.0f µs", per*1e6), "", "")
+			tab.row("coordinator CPU per check result stored", fmt.Sprintf("%.0f µs (%s)", per*1e6, load(before, after)), "", "")
 		}
 		if o.pid != 0 {
 			tab.row("coordinator RSS after sustaining", mib(after.coord.RSSKiB), "", "")
@@ -374,8 +374,14 @@ func usage(a, b reading) string {
 	busy := (b.machine.Busy - a.machine.Busy).Seconds()
 	cpus := (b.machine.Total - a.machine.Total).Seconds() / wall
 	others := max(busy-coord-self, 0)
-	return fmt.Sprintf("coordinator %.2f, load generator %.2f, other processes %.2f cores (of %.0f) over %.2f s",
-		coord/wall, self/wall, others/wall, cpus, wall)
+	return fmt.Sprintf("coordinator %.2f, load generator %.2f, other processes %.2f cores (of %.0f) over %.2f s; %s",
+		coord/wall, self/wall, others/wall, cpus, wall, load(a, b))
+}
+
+// load is the machine's one-minute load average at two readings, with its
+// CPU count: a load above the CPUs means processes queued for them.
+func load(a, b reading) string {
+	return fmt.Sprintf("load average %.2f → %.2f on %d CPUs", a.machine.Load1, b.machine.Load1, b.machine.CPUs)
 }
 
 func writeHeap(path string) error {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/fleetcheck/fleetcheck/demo"
@@ -42,11 +41,7 @@ scenario, then every campaign.`,
 			// The scenario prints its own steps; logs only for errors
 			// unless asked (the coordinator's insecure warning included:
 			// the demo is plaintext on loopback by design, and says so).
-			level := zerolog.ErrorLevel
-			if verbose {
-				level = zerolog.InfoLevel
-			}
-			opts.Logger = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(level).With().Timestamp().Logger()
+			opts.Logger = demo.Logger(os.Stderr, verbose)
 			opts.Version = version
 			if output == "table" {
 				opts.Progress = cmd.OutOrStdout()
