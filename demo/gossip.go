@@ -46,7 +46,7 @@ const maxGossipAgents = 64
 // timeout a loaded machine cannot meet makes members suspect each other
 // and dial streams they give up on before writing to them.
 func demoGossipTimings(c *membership.Config, members int) {
-	c.ProbeInterval = max(200*time.Millisecond, time.Duration(members)*5*time.Millisecond)
+	c.ProbeInterval = max(200*time.Millisecond, time.Duration(members)*10*time.Millisecond)
 	c.ProbeTimeout = c.ProbeInterval / 2
 	c.GossipInterval = max(50*time.Millisecond, c.ProbeInterval/4)
 	c.SuspicionMult = 3

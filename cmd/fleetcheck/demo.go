@@ -25,7 +25,12 @@ func newDemoCmd() *cobra.Command {
 8x H100 nodes, each with a real agent connected over gRPC on 127.0.0.1. It
 injects a few faults (uncorrectable ECC, a GPU off the bus, an IB port down,
 a hung nvidia-smi, a down-trained PCIe link, thermal slowdown), runs every
-passive check fleet-wide and prints the fleet table.
+passive check fleet-wide and prints the fleet table. --nodes goes up to
+1000; the demo's timings grow with the fleet, and at most 64 agents join
+the gossip pool, since every member shares this machine (docs/scale.md).
+--serve keeps it running and prints every address it listens on (gRPC,
+/metrics, gossip). Logs are errors only (-v for more), in colour only on a
+terminal.
 
 --scenario picks what runs instead: the campaigns (sweep, rollout, burnin,
 drill) run the real campaign engines against a simulated fleet on a
