@@ -171,10 +171,12 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 	}
 	timeout := DefaultRunTimeout
 	if ms := req.GetTimeoutMs(); ms != 0 {
+		// Bounded in milliseconds first: a huge number must not wrap
+		// into the range when multiplied.
+		if ms < MinRunTimeout.Milliseconds() || ms > MaxRunTimeout.Milliseconds() {
+			return status.Errorf(codes.InvalidArgument, "timeout_ms %d: must be between %s and %s", ms, MinRunTimeout, MaxRunTimeout)
+		}
 		timeout = time.Duration(ms) * time.Millisecond
-	}
-	if timeout < MinRunTimeout || timeout > MaxRunTimeout {
-		return status.Errorf(codes.InvalidArgument, "timeout %s: must be between %s and %s", timeout, MinRunTimeout, MaxRunTimeout)
 	}
 	if len(req.GetReason()) > maxReason {
 		return status.Errorf(codes.InvalidArgument, "reason: at most %d bytes", maxReason)
