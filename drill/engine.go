@@ -1038,9 +1038,20 @@ func (e *Engine) watch(ctx context.Context, d *Drill, t *Target, from time.Time,
 			if err != nil {
 				return nil, err
 			}
+			seen := map[string]bool{}
 			for _, g := range got {
 				if !g.At.Before(from) {
 					obs = append(obs, observation{c: g.Check, at: g.At})
+					seen[g.Check.Name] = true
+				}
+			}
+			if len(seen) > 0 {
+				// The agent passed since, without these: its schedule does
+				// not run them, so they are asked for.
+				for _, c := range own {
+					if !seen[c] {
+						onDemand = append(onDemand, c)
+					}
 				}
 			}
 		}

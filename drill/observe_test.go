@@ -14,7 +14,11 @@ import (
 
 // observingFleet is the simulated fleet as the coordinator is: it keeps
 // what each agent reported on its own schedule (campaign.Observer).
-type observingFleet struct{ *simDrillFleet }
+type observingFleet struct {
+	*simDrillFleet
+	// unscheduled is a check the agents do not run on their own.
+	unscheduled string
+}
 
 var _ campaign.Observer = observingFleet{}
 
@@ -41,7 +45,7 @@ func (o observingFleet) Observed(_ context.Context, node string, names []string,
 	}
 	var out []campaign.Observation
 	for _, c := range a.last.Checks {
-		if slices.Contains(names, c.Name) {
+		if slices.Contains(names, c.Name) && c.Name != o.unscheduled {
 			out = append(out, campaign.Observation{Check: c, At: at})
 		}
 	}
@@ -61,7 +65,7 @@ func (o observingFleet) CheckInterval(context.Context, string) (time.Duration, e
 func TestTimeToDetectIsTheFleetsOwn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4, "gpu-002")
-	eng, err := NewEngine(h.db, observingFleet{h.fleet}, h.fleet.drain, nil, h.fleet.clock, h.eng.log)
+	eng, err := NewEngine(h.db, observingFleet{simDrillFleet: h.fleet}, h.fleet.drain, nil, h.fleet.clock, h.eng.log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,5 +253,27 @@ func TestConnectGraceBounds(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("connect_grace %s: %v", tc.v, err)
 		}
+	}
+}
+
+// TestUnscheduledCheckIsAskedFor: a watched check the agent does not run
+// on its own never shows in its results; it is asked for instead, so the
+// node's recovery is still seen.
+func TestUnscheduledCheckIsAskedFor(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 4, "gpu-002")
+	eng, err := NewEngine(h.db, observingFleet{simDrillFleet: h.fleet, unscheduled: "gpu.thermal"}, h.fleet.drain, nil, h.fleet.clock, h.eng.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	h.fleet.enableSchedule(time.Minute, func(int) time.Duration { return 0 })
+	h.fleet.runPasses(context.Background())
+	id := h.start(xidDrill)
+	h.run(h.eng, nil)
+	d := h.drill(id)
+	tg := d.Targets[0]
+	if _, ok := tg.TTR(); d.State != StateDone || !ok || tg.HasFinding(FindingNotRecovered) {
+		t.Fatalf("drill %s %q: %+v", d.State, d.Reason, tg.Findings)
 	}
 }
