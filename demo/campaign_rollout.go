@@ -169,6 +169,11 @@ func writePlan(w io.Writer, p *rollout.PlanResult) {
 			names = append(names, n.Name)
 		}
 		fmt.Fprintf(w, "  %-8s budget %d: %s\n", wv.Name, wv.Budget, strings.Join(names, " "))
+		for _, n := range wv.Nodes {
+			if n.Disconnected {
+				fmt.Fprintf(w, "  %s: %s\n", n.Name, n.Note)
+			}
+		}
 	}
 	for _, x := range p.Excluded {
 		fmt.Fprintf(w, "  excluded %s (%s): %s\n", x.Node, x.Kind, x.Reason)

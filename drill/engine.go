@@ -38,7 +38,9 @@ var (
 	ErrBreaker         = errors.New("the drain circuit breaker would trip")
 	ErrFleetDegraded   = errors.New("the fleet is already degraded")
 	ErrTargetUnhealthy = errors.New("a target is not healthy")
-	ErrBusy            = errors.New("a target is in a running drill")
+	// ErrTargetNotConnected: a target's agent is away at start.
+	ErrTargetNotConnected = errors.New("a target's agent is not connected")
+	ErrBusy               = errors.New("a target is in a running drill")
 )
 
 // degraded: the coordinator's node states that count as sick, or a node
@@ -185,14 +187,24 @@ func (e *Engine) preflight(ctx context.Context, spec *Spec, busy map[string]stri
 	if len(clash) > 0 {
 		return refuse(ErrBusy, "%s", strings.Join(clash, ", "))
 	}
-	var sick []string
+	var sick, away []string
 	for _, t := range targets {
-		if degraded(t) || (t.State != "" && t.State != "healthy") {
-			sick = append(sick, fmt.Sprintf("%s (%s, connected=%v)", t.Name, t.State, t.Connected))
+		switch {
+		case !t.Connected || t.State == "unreachable":
+			away = append(away, t.Name)
+		case t.State != "" && t.State != "healthy":
+			sick = append(sick, fmt.Sprintf("%s (%s)", t.Name, t.State))
 		}
 	}
 	if len(sick) > 0 {
 		return refuse(ErrTargetUnhealthy, "%s: a drill on a sick node measures nothing", strings.Join(sick, ", "))
+	}
+	// Refused, not waited for: nothing is injected into a node whose agent
+	// could not be told to revert. After a coordinator restart agents are
+	// back within their reconnect backoff, so a retry soon succeeds.
+	if len(away) > 0 {
+		return refuse(ErrTargetNotConnected, "%s: the agent is not connected, so nothing could inject or revert the fault; retry once it has reconnected (fleetcheck nodes shows it healthy)",
+			strings.Join(away, ", "))
 	}
 	share := float64(len(p.Degraded)) / float64(max(1, len(all)))
 	if share > spec.FleetHealth.MaxDegradedShare || (spec.FleetHealth.MaxDegradedNodes > 0 && len(p.Degraded) > spec.FleetHealth.MaxDegradedNodes) {

@@ -154,6 +154,18 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("%v", err)
 		}
 		h.fleet.setState("gpu-002", "healthy")
+		// An agent away (a coordinator restart, a reconnect backoff) is
+		// refused as such, not as sick, and the message says to retry.
+		h.fleet.disconnect("gpu-002")
+		_, err = h.eng.Start(ctx, h.spec("{fault: xid-inject, targets: name=gpu-002, fleet_health: {max_degraded_share: 0.5}}"))
+		if !errors.Is(err, ErrTargetNotConnected) || errors.Is(err, ErrTargetUnhealthy) ||
+			!strings.Contains(err.Error(), "gpu-002: the agent is not connected") || !strings.Contains(err.Error(), "retry once it has reconnected") {
+			t.Fatalf("target away: %v", err)
+		}
+		h.fleet.reconnect("gpu-002")
+		if _, err := h.eng.Start(ctx, h.spec("{fault: xid-inject, targets: name=gpu-002, fleet_health: {max_degraded_share: 0.5}}")); err != nil {
+			t.Fatalf("retried once reconnected: %v", err)
+		}
 		h.start("{fault: xid-inject, targets: name=gpu-001}")
 		if _, err := h.eng.Start(ctx, h.spec("{fault: ib-port-down, targets: name=gpu-001}")); !errors.Is(err, ErrBusy) {
 			t.Fatalf("second drill on a node: %v", err)

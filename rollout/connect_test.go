@@ -158,3 +158,70 @@ func TestNothingMeasuredIsInconclusive(t *testing.T) {
 		t.Fatalf("phase %s paused %v gpu-001 %+v", s.Phase, s.Paused, n)
 	}
 }
+
+// TestStartWhileAgentAwayPlansAndWaits is the operator's second report: a
+// fresh `rollout start` while an agent is in its reconnect backoff. The
+// node is planned into its wave (marked), not left out, and upgraded once
+// its agent is back: the rollout completes with nothing left undone.
+func TestStartWhileAgentAwayPlansAndWaits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 3)
+	// gpu-003's agent comes back 90s after the start: at or before its turn.
+	h.fleet.set("gpu-003", func(n *fnode) { n.rebootUntil = h.clock.Now().Add(90 * time.Second) })
+	id := h.start(waveSpec())
+	s := h.status(id)
+	if n := nodeState(s, "gpu-003"); n.State != Pending || n.Wave != 1 {
+		t.Fatalf("gpu-003 not planned into wave 1: %+v", n)
+	}
+	if len(s.Excluded) != 0 {
+		t.Fatalf("excluded %+v", s.Excluded)
+	}
+	s = h.runUntil(id, 300, settled)
+	if s.Phase != PhaseCompleted || s.Counts[Done] != 3 || s.Incomplete != "" || s.Waves[1].State != "passed" {
+		t.Fatalf("phase %s counts %v waves %+v incomplete %q", s.Phase, s.Counts, s.Waves, s.Incomplete)
+	}
+	if c := h.fleet.upgradeCalls()["gpu-003"]; c != 1 {
+		t.Fatalf("gpu-003 upgraded %d times", c)
+	}
+	hist, err := h.eng.History(h.ctx, id, "gpu-003", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) == 0 || !strings.Contains(hist[0].Message, "planned: disconnected at plan time: will be waited for 2m0s") {
+		t.Fatalf("history does not say it was planned while away: %+v", hist)
+	}
+}
+
+// TestStartWhileAgentAwayNeverBack: planned while away and never back.
+// At its turn it is waited for connect_grace, then skipped; the skip
+// counts against the wave, which does not pass, and the rollout says so.
+func TestStartWhileAgentAwayNeverBack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 3)
+	h.fleet.set("gpu-003", func(n *fnode) { n.disconnect = true })
+	spec := waveSpec()
+	spec.ConnectGrace = Duration(time.Minute)
+	id := h.start(spec)
+	var turn time.Time
+	s := h.runUntil(id, 300, func(s *Status) bool {
+		if n := nodeState(s, "gpu-003"); n.Waiting != "" && turn.IsZero() {
+			turn = h.clock.Now()
+		} else if n.State == Skipped && h.clock.Now().Sub(turn) < time.Minute {
+			t.Fatalf("skipped %v after its turn, before the grace", h.clock.Now().Sub(turn))
+		}
+		return settled(s)
+	})
+	n := nodeState(s, "gpu-003")
+	if turn.IsZero() || n.State != Skipped || n.Reason != "agent not connected: waited 1m0s after its turn came: not upgraded" {
+		t.Fatalf("gpu-003 %+v (turn %v)", n, turn)
+	}
+	if s.Phase != PhaseHalted || s.HaltReason != "wave 1: 1 skipped, budget 0" || s.Waves[1].State != "halted" {
+		t.Fatalf("phase %s halt %q waves %+v", s.Phase, s.HaltReason, s.Waves)
+	}
+	if !strings.Contains(s.Incomplete, "gpu-003 skipped") {
+		t.Fatalf("incomplete %q", s.Incomplete)
+	}
+	if c := h.fleet.upgradeCalls()["gpu-003"]; c != 0 {
+		t.Fatalf("gpu-003 upgraded %d times", c)
+	}
+}

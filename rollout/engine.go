@@ -255,6 +255,13 @@ func (e *Engine) Start(ctx context.Context, spec *Spec, matrix *compat.Matrix) (
 	for _, ex := range p.Excluded {
 		evs = append(evs, event{Rollout: r.ID, Time: now, Node: ex.Node, Kind: evPhase, Message: "excluded (" + ex.Kind + "): " + ex.Reason})
 	}
+	for _, w := range p.Waves {
+		for _, pn := range w.Nodes {
+			if pn.Disconnected {
+				evs = append(evs, event{Rollout: r.ID, Time: now, Node: pn.Name, Kind: evPhase, Message: "planned: " + pn.Note})
+			}
+		}
+	}
 	if err := e.st.create(ctx, r, evs); err != nil {
 		return "", err
 	}

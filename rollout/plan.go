@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/compat"
@@ -20,8 +21,13 @@ const (
 	ExcludedIncompatible = "incompatible" // the matrix does not allow the target
 	ExcludedUnknown      = "unknown"      // the matrix could not judge (inventory incomplete)
 	ExcludedUpToDate     = "up-to-date"   // already runs the target driver
-	ExcludedDisconnected = "disconnected" // no agent to run the upgrade
 )
+
+// DisconnectedNote marks a planned node whose agent was away when the plan
+// was made: it keeps its place, and its turn waits for the agent.
+func DisconnectedNote(grace time.Duration) string {
+	return fmt.Sprintf("disconnected at plan time: will be waited for %v (connect_grace) at its turn", grace)
+}
 
 // PlanResult is what a rollout would do: the waves with their nodes, and
 // the nodes left out with the reason. `rollout plan` prints it; Start runs
@@ -51,6 +57,11 @@ type PlannedWave struct {
 type PlannedNode struct {
 	Name   string `json:"name"`
 	Driver string `json:"driver"`
+	// Disconnected: the agent was away at plan time. The node is planned
+	// all the same (a coordinator restart or an agent's reconnect backoff
+	// must not leave it out); Note says how its turn treats it.
+	Disconnected bool   `json:"disconnected_at_plan,omitempty"`
+	Note         string `json:"note,omitempty"`
 }
 
 // Exclusion is a selected node the rollout leaves alone.
@@ -64,7 +75,10 @@ type Exclusion struct {
 // Plan checks every selected node's inventory against the compatibility
 // matrix for the target versions and lays the rest out in waves: the
 // canary first, then the spec's waves over the remaining nodes in name
-// order. It changes nothing.
+// order. A node whose agent is not connected is planned like the others
+// and marked: its turn waits connect_grace for the agent. An automatic
+// canary is taken from the connected nodes first, so a restart's
+// reconnecting agents do not become the canary. It changes nothing.
 func Plan(ctx context.Context, spec *Spec, fleet campaign.Fleet, matrix *compat.Matrix) (*PlanResult, error) {
 	if spec == nil {
 		return nil, fmt.Errorf("plan: %w: nil spec", ErrInvalidSpec)
@@ -96,7 +110,11 @@ func Plan(ctx context.Context, spec *Spec, fleet campaign.Fleet, matrix *compat.
 			p.Excluded = append(p.Excluded, ex)
 			continue
 		}
-		eligible = append(eligible, PlannedNode{Name: n.Name, Driver: n.Inventory.DriverVersion})
+		pn := PlannedNode{Name: n.Name, Driver: n.Inventory.DriverVersion}
+		if !n.Connected {
+			pn.Disconnected, pn.Note = true, DisconnectedNote(spec.connectGrace())
+		}
+		eligible = append(eligible, pn)
 	}
 
 	// The canary: the named nodes, or the first eligible ones.
@@ -126,8 +144,29 @@ func Plan(ctx context.Context, spec *Spec, fleet campaign.Fleet, matrix *compat.
 			return nil, fmt.Errorf("plan: canary node %s is not selected by %q", c, spec.Selector)
 		}
 	} else {
-		k := min(*spec.Canary, len(eligible))
-		canary, rest = eligible[:k], eligible[k:]
+		// Connected nodes first, each group in name order: deterministic
+		// for one fleet state.
+		ordered := slices.Clone(eligible)
+		slices.SortStableFunc(ordered, func(a, b PlannedNode) int {
+			switch {
+			case a.Disconnected == b.Disconnected:
+				return 0
+			case b.Disconnected:
+				return -1
+			}
+			return 1
+		})
+		k := min(*spec.Canary, len(ordered))
+		canary = ordered[:k]
+		taken := map[string]bool{}
+		for _, c := range canary {
+			taken[c.Name] = true
+		}
+		for _, n := range eligible {
+			if !taken[n.Name] {
+				rest = append(rest, n)
+			}
+		}
 	}
 	if len(canary) > 0 {
 		p.Waves = append(p.Waves, PlannedWave{
@@ -175,10 +214,6 @@ func judge(n campaign.Node, spec *Spec, m *compat.Matrix, target compat.Target) 
 			ex.Kind = ExcludedUnknown
 			ex.Reason = "no compatibility rule applies to this node (unknown GPU model or empty inventory)"
 		}
-		return ex, false
-	}
-	if !n.Connected {
-		ex.Kind, ex.Reason = ExcludedDisconnected, "agent not connected: nothing could run the upgrade"
 		return ex, false
 	}
 	return ex, true

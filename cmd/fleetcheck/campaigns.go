@@ -673,6 +673,20 @@ func rolloutPlanTable(w io.Writer, p rollout.PlanResult) error {
 		}
 		fmt.Fprintf(w, "%d\t%s\t%d\t%s\n", wv.Index, wv.Name, wv.Budget, strings.Join(names, ","))
 	}
+	// Nodes planned while their agent was away: in their wave, waited for.
+	header := false
+	for _, wv := range p.Waves {
+		for _, n := range wv.Nodes {
+			if !n.Disconnected {
+				continue
+			}
+			if !header {
+				fmt.Fprintln(w, "DISCONNECTED\tWAVE\tNOTE")
+				header = true
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, wv.Name, n.Note)
+		}
+	}
 	return excludedTable(w, p.Excluded)
 }
 

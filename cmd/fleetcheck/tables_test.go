@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"text/tabwriter"
+	"time"
 
 	"github.com/fleetcheck/fleetcheck/burnin"
 	"github.com/fleetcheck/fleetcheck/rollout"
@@ -77,6 +78,26 @@ func TestSweepReportTable(t *testing.T) {
 		t.Errorf("JSON in the table:\n%s", got)
 	}
 	golden(t, "sweep-report", got)
+}
+
+// `rollout plan` lists a node whose agent is away in its wave and says it
+// will be waited for; exclusions follow.
+func TestRolloutPlanTable(t *testing.T) {
+	t.Parallel()
+	note := rollout.DisconnectedNote(2 * time.Minute)
+	p := rollout.PlanResult{
+		Selected: 4, FleetSize: 6, MaxUnavailable: 2,
+		Waves: []rollout.PlannedWave{
+			{Index: 0, Name: "canary", Nodes: []rollout.PlannedNode{{Name: "gpu-002", Driver: "535.161.08"}}},
+			{Index: 1, Name: "wave 1", Budget: 1, Nodes: []rollout.PlannedNode{
+				{Name: "gpu-001", Driver: "535.161.08", Disconnected: true, Note: note},
+				{Name: "gpu-003", Driver: "535.161.08"},
+			}},
+		},
+		Excluded: []rollout.Exclusion{{Node: "gpu-004", Kind: rollout.ExcludedUpToDate, Reason: "already runs driver 550.90.07"}},
+	}
+	got := table(t, func(w, _ *bytes.Buffer) error { return rolloutPlanTable(w, p) })
+	golden(t, "rollout-plan", got)
 }
 
 // After a rollback the waves keep their sizes, and the verb says what it
