@@ -17,6 +17,24 @@ help: ## list targets
 build: ## build bin/fleetcheck
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/fleetcheck
 
+# The slim node build: run, collect, analyze, checks, agent; no client-go,
+# SQLite, campaign engines or simulator (cmd/fleetcheck/nodebuild_test.go).
+NODE_BIN := bin/fleetcheck-node
+NODE_LDFLAGS := -s -w -X main.version=$(VERSION)
+
+.PHONY: build-node package bench-node
+build-node: ## build bin/fleetcheck-node: the slim node binary, stripped, -trimpath (-tags node)
+	$(GO) build -tags node -trimpath -ldflags '$(NODE_LDFLAGS)' -o $(NODE_BIN) ./cmd/fleetcheck
+
+# Debian version: a release tag's number, else 0.0.0~gitDATE.COMMIT.
+DEB_VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null | sed -n 's/^v\([0-9].*\)/\1/p' | grep . || echo 0.0.0~git$$(git log -1 --format=%cd --date=format:%Y%m%d%H%M%S 2>/dev/null || echo 0).$$(git rev-parse --short HEAD 2>/dev/null || echo dev))
+package: build build-node ## write dist/fleetcheck-node_*.deb and dist/fleetcheck-coordinator_*.deb (docs/deploy.md)
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) \
+	  $(GO) run ./cmd/fleetcheck-package -version '$(DEB_VERSION)' -node-binary $(NODE_BIN) -full-binary $(BIN) -out dist
+
+bench-node: build build-node ## node build vs full build: size, analyze CPU and peak RSS, idle agent RSS (docs/scale.md)
+	./scripts/bench-node-build.sh
+
 test: ## run the test suite with the race detector (no GPU, network or root needed)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
@@ -50,7 +68,7 @@ fuzz: ## fuzz every parser for FUZZTIME each (default 60s)
 	./scripts/fuzz.sh $(FUZZTIME)
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
 
 $(GOBIN_DIR)/protoc-gen-go:
 	GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -1,3 +1,8 @@
+//go:build !node
+
+// The coordinator's metrics are left out of the slim node build (-tags
+// node): they import the coordinator, and through it client-go and SQLite.
+
 package metrics
 
 import (

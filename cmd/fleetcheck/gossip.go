@@ -1,3 +1,5 @@
+//go:build !node
+
 package main
 
 import (

@@ -35,22 +35,23 @@ func main() {
 	case errors.Is(err, errChecksFailed):
 		os.Exit(exitChecks)
 	default:
-		fmt.Fprintf(os.Stderr, "fleetcheck: %v\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", programName, err)
 		os.Exit(exitCommand)
 	}
 }
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "fleetcheck",
+		Use:           programName,
 		Short:         "Health checks and burn-in for GPU fleets",
 		Long:          "fleetcheck inspects GPU nodes (GPUs, NVLink, InfiniBand, NCCL) and says, with evidence, what is wrong.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd(), newAgentCmd(),
-		newCoordinatorCmd(), newNodesCmd(), newResultsCmd(), newCheckCmd(), newEventsCmd(), newCertsCmd(), newDemoCmd(),
-		newBaselineCmd(), newSweepCmd(), newRolloutCmd(), newBurninCmd(), newDrillCmd(), newGossipCmd())
+	root.AddCommand(newRunCmd(), newAnalyzeCmd(), newCollectCmd(), newChecksCmd(), newAgentCmd())
+	// The coordinator, operator and demo verbs are in the full build only
+	// (commands_full.go); the slim node build (-tags node) has none.
+	root.AddCommand(serverCommands()...)
 	return root
 }
