@@ -113,6 +113,7 @@ type drainPolicy struct {
 	busy    map[string]bool              // an adapter call is running for the node
 	again   map[string]bool              // a result came meanwhile: look again after it
 	refused map[string]bool              // the breaker refused the node (logged once)
+	foreign map[string]bool              // drained by someone else when last tried
 }
 
 func newDrainPolicy(ctx context.Context, s *Server, cfg DrainPolicyConfig, adapter drain.Adapter, via string, breaker *campaign.Breaker, log zerolog.Logger) *drainPolicy {
@@ -121,7 +122,7 @@ func newDrainPolicy(ctx context.Context, s *Server, cfg DrainPolicyConfig, adapt
 	}
 	return &drainPolicy{s: s, cfg: cfg, adapter: adapter, via: via, breaker: breaker, ctx: ctx,
 		log:  log.With().Str("subsystem", "drain_policy").Logger(),
-		hits: map[string]map[string]string{}, busy: map[string]bool{}, again: map[string]bool{}, refused: map[string]bool{}}
+		hits: map[string]map[string]string{}, busy: map[string]bool{}, again: map[string]bool{}, refused: map[string]bool{}, foreign: map[string]bool{}}
 }
 
 // policyReason is a node's state reason for a policy drain.
@@ -160,6 +161,7 @@ func (p *drainPolicy) observe(e *nodeEntry, r *store.Result) string {
 	if len(h) == 0 {
 		delete(p.hits, e.name)
 		delete(p.refused, e.name)
+		delete(p.foreign, e.name)
 	}
 	return p.whyLocked(e.name)
 }
@@ -259,6 +261,19 @@ func (p *drainPolicy) wait() {
 func (p *drainPolicy) takeOut(ctx context.Context, e *nodeEntry, why string) {
 	node := e.name
 	log := p.log.With().Str("node", node).Str("why", why).Logger()
+	// A node someone else drained stays theirs: tried once, then only
+	// looked at until they bring it back.
+	p.mu.Lock()
+	foreign := p.foreign[node]
+	p.mu.Unlock()
+	if foreign {
+		if st, err := p.adapter.Status(ctx, node); err != nil || (st.Drained && !st.ByFleetcheck) {
+			return
+		}
+		p.mu.Lock()
+		delete(p.foreign, node)
+		p.mu.Unlock()
+	}
 	if err := p.breaker.Allow(policyActor, node, len(p.s.reg.all())); err != nil {
 		p.mu.Lock()
 		first := !p.refused[node]
@@ -307,6 +322,9 @@ func (p *drainPolicy) takeOut(ctx context.Context, e *nodeEntry, why string) {
 		state, r := e.liveState()
 		p.s.setState(sctx, e, state, r, "", nil, p.s.now())
 		if errors.Is(err, drain.ErrNotOurs) {
+			p.mu.Lock()
+			p.foreign[node] = true
+			p.mu.Unlock()
 			log.Info().Err(err).Msg("drain policy: node already out of service for someone else")
 			return
 		}

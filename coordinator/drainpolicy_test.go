@@ -199,3 +199,45 @@ func TestCoordinatorConfigDocLoads(t *testing.T) {
 		t.Fatal("no yaml blocks")
 	}
 }
+
+// A node someone else drained is tried once, then left alone (no audit
+// or state flapping at every result) until they bring it back.
+func TestDrainPolicyLeavesForeignDrains(t *testing.T) {
+	t.Parallel()
+	rec := drain.NewNone(nil)
+	s := policyServer(t, rec, nil)
+	a := mustConnect(t, s, "gpu-005")
+	rec.Set("gpu-005", drain.Status{Drained: true, Reason: "bad DIMM, ticket 4411"})
+	drains := func() int {
+		n := 0
+		for _, e := range eventsOf(t, s, "gpu-005") {
+			if strings.HasPrefix(e, "audit: drain: through none") {
+				n++
+			}
+		}
+		return n
+	}
+	p := s.camp.policy
+	foreign := func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.foreign["gpu-005"] }
+	a.sendResult(result("gpu-005", true))
+	a.ack(5 * time.Second)
+	eventually(t, 5*time.Second, "the foreign drain noticed", foreign)
+	eventually(t, 5*time.Second, "back to failed", stateIs(t, s, "gpu-005", StateFailed))
+
+	e := s.reg.lookup("gpu-005")
+	ctx := tctx(t)
+	p.takeOut(ctx, e, "gpu.ecc: again")
+	p.takeOut(ctx, e, "gpu.ecc: and again")
+	if n := drains(); n != 1 {
+		t.Errorf("%d drain attempts on a node someone else drained, want 1: %q", n, eventsOf(t, s, "gpu-005"))
+	}
+	if st := rec.Snapshot()["gpu-005"]; st.Reason != "bad DIMM, ticket 4411" {
+		t.Errorf("someone else's drain changed: %+v", st)
+	}
+	// They bring it back; the policy takes it out itself.
+	rec.Set("gpu-005", drain.Status{})
+	p.takeOut(ctx, e, "gpu.ecc: GPU3 ECC_UNCORRECTABLE")
+	if n := nodeOf(t, s, "gpu-005"); n.State != StateDrained || drains() != 2 {
+		t.Errorf("after the other drain ended: %s %q, %d drains", n.State, n.StateReason, drains())
+	}
+}
