@@ -1,0 +1,74 @@
+// Package testwait is the one way tests wait for something to happen: poll a
+// condition until it holds, and on timeout fail with what was awaited and the
+// last state the condition saw. Tests never sleep and then assert.
+package testwait
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// RaceScale multiplies every timeout in a binary built with -race: the race
+// detector slows code 2–10×, and CI runs it on two loaded cores. A wait that
+// holds costs nothing extra; only a failing one takes longer to report.
+const RaceScale = raceScale
+
+// Polling starts fast (a condition that already holds costs microseconds) and
+// backs off so an expensive condition (a process, an HTTP call) is not spun on.
+const (
+	firstPoll = 2 * time.Millisecond
+	maxPoll   = 100 * time.Millisecond
+)
+
+// For polls cond until it reports done, or fails t after timeout (×RaceScale
+// under -race) with what and the last state cond described.
+func For(t testing.TB, timeout time.Duration, what string, cond func() (done bool, state string)) {
+	t.Helper()
+	state, ok := poll(timeout*RaceScale, cond)
+	switch {
+	case ok:
+	case state == "":
+		t.Fatalf("timed out after %s waiting for %s", timeout*RaceScale, what)
+	default:
+		t.Fatalf("timed out after %s waiting for %s; last seen: %s", timeout*RaceScale, what, state)
+	}
+}
+
+// Until is For for a condition whose state is not worth describing.
+func Until(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	For(t, timeout, what, func() (bool, string) { return cond(), "" })
+}
+
+// Value is For for a condition that observes one value: on timeout the last
+// value is printed with %v.
+func Value[V any](t testing.TB, timeout time.Duration, what string, observe func() V, done func(V) bool) V {
+	t.Helper()
+	var last V
+	For(t, timeout, what, func() (bool, string) {
+		last = observe()
+		return done(last), fmt.Sprintf("%v", last)
+	})
+	return last
+}
+
+// poll runs cond until it holds or the deadline passes; it reports the last
+// state and whether cond held. cond always runs at least once, and once more
+// at the deadline, so a slow scheduler never turns a success into a timeout.
+func poll(timeout time.Duration, cond func() (bool, string)) (string, bool) {
+	deadline := time.Now().Add(timeout)
+	interval := firstPoll
+	for {
+		done, state := cond()
+		if done {
+			return state, true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return state, false
+		}
+		time.Sleep(min(interval, left))
+		interval = min(2*interval, maxPoll)
+	}
+}
