@@ -13,9 +13,15 @@ type outcome struct {
 	fatal, skip string
 }
 
-func (o *outcome) Helper()                        {}
-func (o *outcome) Fatalf(format string, a ...any) { o.fatal = fmt.Sprintf(format, a...); runtime.Goexit() }
-func (o *outcome) Skipf(format string, a ...any)  { o.skip = fmt.Sprintf(format, a...); runtime.Goexit() }
+func (o *outcome) Helper() {}
+func (o *outcome) Fatalf(format string, a ...any) {
+	o.fatal = fmt.Sprintf(format, a...)
+	runtime.Goexit()
+}
+func (o *outcome) Skipf(format string, a ...any) {
+	o.skip = fmt.Sprintf(format, a...)
+	runtime.Goexit()
+}
 
 // run calls f with an outcome on its own goroutine, as testing does, so the
 // Goexit of Fatalf/Skipf ends only f.
