@@ -109,8 +109,9 @@ func openSim(cfg *Config, log zerolog.Logger) (*simHost, error) {
 	}
 	h := &simHost{Node: n, path: filepath.Join(cfg.StateDir, SimStateFile), log: log, long: time.Duration(cfg.Host.LongToolTime)}
 	st, err := ReadSimState(h.path)
+	fresh := errors.Is(err, os.ErrNotExist)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
+	case fresh:
 		for _, f := range cfg.Host.Faults {
 			x, err := sim.ParseFault(strings.Fields(f))
 			if err == nil {
@@ -129,8 +130,13 @@ func openSim(cfg *Config, log zerolog.Logger) (*simHost, error) {
 			return nil, fmt.Errorf("host mode sim: %s: %w (remove the file to start the node afresh)", h.path, err)
 		}
 	}
-	if err := h.save(); err != nil {
-		return nil, err
+	// A new node is written at once; a restored one is left as it is
+	// until an action changes it (a second agent refused by the state
+	// dir's lock must not write over the first one's node).
+	if fresh {
+		if err := h.save(); err != nil {
+			return nil, err
+		}
 	}
 	st = n.State()
 	sku := cfg.Host.SKU

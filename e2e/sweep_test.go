@@ -127,13 +127,16 @@ func TestBaselineRecord(t *testing.T) {
 		Value   float64 `json:"value"`
 		Version int     `json:"version"`
 		FromRun string  `json:"from_run"`
+		Stack   struct {
+			Driver string `json:"driver"`
+		} `json:"stack"`
 	}
 	out := f.ok("baseline", "record", "--from", "sku=h100", "--metric", "nccl.allreduce.busbw_gbps", "--note", "e2e")
 	t.Logf("baseline record printed:\n%s", out)
 	for _, n := range f.nodeNames() {
 		bs := jsonOf[[]baseline](f, "baseline", "show", "--scope", "node:"+n, "--metric", "nccl.allreduce.busbw_gbps")
-		if len(bs) != 1 || bs[0].Value < 400 || bs[0].Version != 1 {
-			t.Errorf("%s: node baselines %+v, want one version near 480 GB/s", n, bs)
+		if len(bs) != 1 || bs[0].Value < 400 || bs[0].Version != 1 || bs[0].Stack.Driver != fromDriver {
+			t.Errorf("%s: node baselines %+v, want one version near 480 GB/s under driver %s", n, bs, fromDriver)
 		}
 	}
 	f.checkAckedStoredOnce()
