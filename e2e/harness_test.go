@@ -338,7 +338,7 @@ actions:
     params: {kind: '[a-z_]+', target: '[A-Za-z0-9_]+'}
   gpu-burn:
     command: [gpu-burn, "{duration}"]
-    params: {duration: '[0-9]+(ms|s|m)'}
+    params: {duration: '([0-9]+(h|m|s|ms))+'}
     timeout: 5m
     disruptive: true
   pcie-bandwidth:

@@ -25,6 +25,7 @@ type rolloutDoc struct {
 	ID          string           `json:"id"`
 	Phase       string           `json:"phase"`
 	Paused      bool             `json:"paused"`
+	PauseReason string           `json:"pause_reason"`
 	HaltReason  string           `json:"halt_reason"`
 	Unavailable int              `json:"unavailable"`
 	Counts      map[string]int   `json:"counts"`
@@ -54,7 +55,11 @@ func (d rolloutDoc) summary() string {
 	for _, n := range d.Nodes {
 		b = append(b, n.Node+"="+n.State)
 	}
-	return d.Phase + " [" + strings.Join(b, " ") + "]"
+	out := d.Phase + " [" + strings.Join(b, " ") + "]"
+	if d.Paused {
+		out += " paused: " + d.PauseReason
+	}
+	return out
 }
 
 // waitRollout polls the rollout (across coordinator restarts) until done
@@ -144,12 +149,14 @@ validation:
 		}
 	}
 
+	// Finished, or stopped with a reason: halted, or paused on an
+	// inconclusive inspection (waiting for an operator).
 	d := f.waitRollout(id, 4*time.Minute, "the rollout to finish", func(d rolloutDoc) bool {
-		return d.Phase == "completed" || d.Phase == "halted" || d.Phase == "aborted"
+		return d.Phase == "completed" || d.Phase == "halted" || d.Phase == "aborted" || d.Paused
 	})
 	t.Logf("rollout %s ended %s (halt reason %q)", id, d.summary(), d.HaltReason)
 	if d.Phase != "completed" {
-		t.Errorf("rollout ended %s, halt reason %q: %+v", d.Phase, d.HaltReason, d.Nodes)
+		t.Fatalf("rollout stopped %s (halt reason %q)", d.summary(), d.HaltReason)
 	}
 	for _, name := range f.nodeNames() {
 		n := d.node(name)
