@@ -152,7 +152,7 @@ func (a *Agent) onGossipKey(op *fleetcheckv1.GossipKeyOp) *fleetcheckv1.AgentMes
 	g := a.gossip
 	if g == nil {
 		st.Error = errGossipOff.Error()
-		log.Warn().Str("error", st.Error).Msg("gossip key operation refused")
+		log.Warn().Err(errGossipOff).Msg("gossip key operation refused")
 		return reply
 	}
 	g.keyMu.Lock()

@@ -590,7 +590,7 @@ func ackMsg(a *pb.Ack) *pb.CoordinatorMessage {
 // handleResult stores one result and acks it once durable.
 func (x *session) handleResult(r *pb.Result) {
 	s := x.s
-	log := x.log.With().Str("result", r.GetId()).Str("work", r.GetWorkId()).Logger()
+	log := x.log.With().Str("result_id", r.GetId()).Str("work_id", r.GetWorkId()).Logger()
 	// A node speaks only for itself: its certificate's node, and the node
 	// this stream said hello as.
 	why := ""

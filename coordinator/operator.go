@@ -184,7 +184,7 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 
 	now := s.now()
 	w := newWork(newWorkID(now))
-	log := s.log.With().Str("work", w.id).Logger()
+	log := s.log.With().Str("work_id", w.id).Logger()
 	// Pick the targets under each node's own lock, then send with no lock
 	// held: a send is a non-blocking write to that stream's queue.
 	var sessions []*session

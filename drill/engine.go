@@ -337,10 +337,10 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 		return "", fmt.Errorf("start drill: %w", err)
 	}
 	if refusal != nil {
-		e.log.Warn().Str("drill", id).Err(refusal).Msg("drill refused")
+		e.log.Warn().Str("campaign", id).Err(refusal).Msg("drill refused")
 		return id, fmt.Errorf("drill %s: %w", id, refusal)
 	}
-	e.log.Info().Str("drill", id).Str("fault", spec.Fault).Strs("targets", plan.Targets).Msg("drill started")
+	e.log.Info().Str("campaign", id).Str("fault", spec.Fault).Strs("targets", plan.Targets).Msg("drill started")
 	return id, nil
 }
 
@@ -438,7 +438,7 @@ func (e *Engine) advance(ctx context.Context, d *Drill) error {
 	now := e.clock.Now()
 	if e.exposed(d) {
 		if why, err := e.unexpected(ctx, d); err != nil {
-			e.log.Warn().Str("drill", d.ID).Err(err).Msg("cannot list the fleet")
+			e.log.Warn().Str("campaign", d.ID).Err(err).Msg("cannot list the fleet")
 		} else if why != "" {
 			for i := range d.Targets {
 				if err := e.abortTarget(ctx, d, &d.Targets[i], why, now); err != nil {
@@ -580,7 +580,7 @@ func (e *Engine) finish(ctx context.Context, d *Drill) error {
 		}
 		parts = append(parts, s)
 	}
-	e.log.Info().Str("drill", d.ID).Str("state", string(state)).Msg("drill finished")
+	e.log.Info().Str("campaign", d.ID).Str("state", string(state)).Msg("drill finished")
 	return events.Add(ctx, e.db, d.ID, "", now, fmt.Sprintf("%s: %s", state, strings.Join(parts, "; ")))
 }
 
@@ -603,7 +603,7 @@ func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
 	poll := time.Duration(spec.PollInterval)
 	deadline := time.Duration(spec.Deadline)
 	now := e.clock.Now()
-	log := e.log.With().Str("drill", d.ID).Str("node", t.Node).Logger()
+	log := e.log.With().Str("campaign", d.ID).Str("node", t.Node).Logger()
 
 	// The deadline runs from injection (from the start before it).
 	if !t.Aborted {

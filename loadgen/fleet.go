@@ -231,7 +231,7 @@ func (f *Fleet) acked(p pending, a *pb.Ack, now time.Time) {
 	switch {
 	case a.GetRefused() != "":
 		f.refusedN.Add(1)
-		f.log.Error().Str("result", a.GetResultId()).Str("reason", a.GetRefused()).Msg("result refused")
+		f.log.Error().Str("result_id", a.GetResultId()).Str("reason", a.GetRefused()).Msg("result refused")
 		return
 	case a.GetDuplicate():
 		f.dups.Add(1)
