@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -596,5 +597,39 @@ func TestRunChecksParams(t *testing.T) {
 	chk := resultOf(t, c, "g1").GetChecks()[0]
 	if got := chk.GetMetrics()["nccl.allreduce.size_bytes"]; got != 1<<30 {
 		t.Errorf("largest size %v, want 1 GiB (%s %q)", got, chk.GetStatus(), chk.GetReason())
+	}
+}
+
+// TestMultiNodeBackToBack: the coordinator's next multi-node run may
+// follow an EndMulti at once on the same stream (a sweep's pairs, one
+// after the other); the peer must have released its reservation by then.
+// The release used to wait for the peer's result to be spooled, and the
+// next run was refused as "reserved by multi-node run" the one before.
+func TestMultiNodeBackToBack(t *testing.T) {
+	t.Parallel()
+	tn := &testNet{}
+	c := newFakeCoord()
+	tn.serve(t, c)
+	startAgent(t, multiTestConfig(t, "gpu-001"), simAgentHost(t, "gpu-001"), tn)
+	waitFor(t, "connected", 10*time.Second, c.connected)
+	end := func(multi string) *fleetcheckv1.CoordinatorMessage {
+		return &fleetcheckv1.CoordinatorMessage{Msg: &fleetcheckv1.CoordinatorMessage_EndMulti{EndMulti: &fleetcheckv1.EndMulti{
+			MultiId: multi, Launcher: "gpu-002", LauncherResultId: "r-" + multi,
+			Check: &fleetcheckv1.CheckResult{Name: "nccl.allreduce", Status: "pass"},
+		}}}
+	}
+	for i := 1; i <= 5; i++ {
+		work, multi := fmt.Sprintf("p%d", i), fmt.Sprintf("mp%d", i)
+		c.runChecks(t, multiRun(work, multi, fleetcheckv1.MultiRole_MULTI_ROLE_PEER, "gpu-002", "gpu-001"))
+		waitFor(t, work+" accepted", 5*time.Second, func() bool {
+			if st := c.hasState(work, fleetcheckv1.WorkStatus_STATE_REFUSED); st != nil {
+				t.Fatalf("%s refused right after the previous run's end: %s", work, st.GetReason())
+			}
+			return c.hasState(work, fleetcheckv1.WorkStatus_STATE_ACCEPTED) != nil
+		})
+		c.send(t, end(multi)) // and the next run at once
+	}
+	if chk := resultOf(t, c, "p5").GetChecks()[0]; chk.GetStatus() != "pass" {
+		t.Errorf("last peer side: %s %q", chk.GetStatus(), chk.GetReason())
 	}
 }

@@ -139,12 +139,14 @@ func (a *Agent) startMulti(w *workItem, rc *fleetcheckv1.RunChecks, timeout time
 		return
 	}
 	p := &peerRun{multiID: rc.GetMultiId(), workID: w.id, launcher: rc.GetParticipants()[0], holder: holder}
-	// The timer is set under the lock that publishes p: endPeer (from the
-	// timer itself or an EndMulti) reads it under the same lock.
+	// The timer is set under the lock that publishes p: takePeer (from
+	// the timer itself or an EndMulti) reads it under the same lock.
 	a.mu.Lock()
 	a.peers[p.multiID] = p
 	p.timer = time.AfterFunc(timeout, func() {
-		a.endPeer(p.multiID, nil, report.Error, fmt.Sprintf("no end of multi-node run %s from the coordinator within %s", p.multiID, timeout))
+		if e := a.takePeer(p.multiID); e != nil {
+			a.reportPeer(e, nil, report.Error, fmt.Sprintf("no end of multi-node run %s from the coordinator within %s", p.multiID, timeout))
+		}
 	})
 	a.mu.Unlock()
 }
@@ -192,37 +194,57 @@ func markMulti(cr *report.CheckResult, multiID string, hosts []string) {
 // onEndMulti ends this node's part in a run it joined as a peer, off the
 // receiver: the side it reports is written to the spool first.
 func (a *Agent) onEndMulti(em *fleetcheckv1.EndMulti) {
+	// The reservation is released here, on the stream's goroutine, before
+	// the next message is read: the coordinator's next multi-node run may
+	// follow this EndMulti at once, and must not find the node reserved.
+	p := a.takePeer(em.GetMultiId())
+	if p == nil {
+		return
+	}
 	if em.GetAbortReason() != "" || em.GetCheck() == nil {
 		why := em.GetAbortReason()
 		if why == "" {
 			why = "ended without a result"
 		}
-		a.workWG.Go(func() { a.endPeer(em.GetMultiId(), nil, report.Skip, "called off: "+clipN(why, 512)) })
+		a.workWG.Go(func() { a.reportPeer(p, nil, report.Skip, "called off: "+clipN(why, 512)) })
 		return
 	}
-	a.workWG.Go(func() { a.endPeer(em.GetMultiId(), em, "", "") })
+	a.workWG.Go(func() { a.reportPeer(p, em, "", "") })
 }
 
-// endPeer releases the reservation and reports the peer's side once: the
-// launcher's check result when the run ended with one, else status with
-// why (a skip when the run was called off, an error when no word came).
-func (a *Agent) endPeer(multiID string, em *fleetcheckv1.EndMulti, status report.Status, why string) {
+// endedPeer is a peer's part taken out of the running ones, its
+// reservation released, waiting to be reported.
+type endedPeer struct {
+	*peerRun
+	w   *workItem
+	inv report.Inventory
+}
+
+// takePeer ends a peer's part once: it forgets the run, stops its timer
+// and releases the node's reservation. nil when the run already ended.
+func (a *Agent) takePeer(multiID string) *endedPeer {
 	a.mu.Lock()
 	p := a.peers[multiID]
 	if p == nil {
 		a.mu.Unlock()
-		return
+		return nil
 	}
 	delete(a.peers, multiID)
-	timer := p.timer
-	w := a.work[p.workID]
-	var inv report.Inventory
+	a.releaseLocked(p.holder)
+	e := &endedPeer{peerRun: p, w: a.work[p.workID]}
 	if a.inventory != nil {
-		inv = *a.inventory
+		e.inv = *a.inventory
 	}
 	a.mu.Unlock()
-	timer.Stop()
+	p.timer.Stop()
+	return e
+}
 
+// reportPeer reports the peer's side: the launcher's check result when
+// the run ended with one, else status with why (a skip when the run was
+// called off, an error when no word came).
+func (a *Agent) reportPeer(p *endedPeer, em *fleetcheckv1.EndMulti, status report.Status, why string) {
+	multiID, inv, w := p.multiID, p.inv, p.w
 	now := time.Now()
 	var cr report.CheckResult
 	switch {
@@ -252,7 +274,7 @@ func (a *Agent) endPeer(multiID string, em *fleetcheckv1.EndMulti, status report
 		w = &workItem{id: p.workID}
 	}
 	a.log.Info().Str("multi_id", multiID).Str("status", string(cr.Status)).Msg("multi-node run ended for this peer")
-	a.finishWork(w, r, p.holder)
+	a.finishWork(w, r, "") // the reservation went with takePeer
 }
 
 // allReduceHost hands inspect a multi-node run's output as the node's
