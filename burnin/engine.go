@@ -905,7 +905,9 @@ func (e *Engine) execute(ctx context.Context, c campaignRow, r Run, st Step, log
 		RunRunning, campaigndb.Time(start), c.ID, r.Seq); err != nil {
 		return fmt.Errorf("run %d: %w", r.Seq, err)
 	}
-	opts := campaign.RunOptions{Timeout: time.Duration(st.Timeout), Params: st.Params}
+	// A run sent again after a restart keeps its action id: the agent then
+	// answers the action it still runs instead of refusing a second one.
+	opts := campaign.RunOptions{Timeout: time.Duration(st.Timeout), Params: st.Params, ID: fmt.Sprintf("%s.run%d", c.ID, r.Seq)}
 	var res RunResult
 	var status report.Status
 	var callErr error

@@ -351,6 +351,47 @@ func TestStopDuringRunRerunsIt(t *testing.T) {
 	}
 }
 
+// A coordinator stopped while an agent runs a burn-in action sends the run
+// again on resume with the same action id: the agent answers the action it
+// still runs. A fresh id was refused ("node reserved by action ...") and
+// rejected a healthy node as inconclusive.
+func TestStopDuringActionResendsItsID(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 2)
+	h.setSKUBaselines()
+	id := h.start(standardSpec)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	h.fleet.block = func(c context.Context, node, what string) error {
+		if node == "gpu-002" && what == "action:"+ActionPCIeBandwidth && h.fleet.count(node, what) == 1 {
+			cancel()
+			close(stopped)
+			<-c.Done()
+			return c.Err()
+		}
+		return nil
+	}
+	if err := h.eng.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	<-stopped
+	h.fleet.block = nil
+	h.finish(h.newEngine(nil))
+	if r := h.report(id); r.Campaign.Accepted != 2 {
+		t.Fatalf("%+v", r.Campaign)
+	}
+	h.fleet.mu.Lock()
+	resent := h.fleet.actionIDs["gpu-002|"+ActionPCIeBandwidth]
+	other := h.fleet.actionIDs["gpu-001|"+ActionPCIeBandwidth]
+	h.fleet.mu.Unlock()
+	if len(resent) != 2 || resent[0] == "" || resent[0] != resent[1] {
+		t.Fatalf("gpu-002's interrupted action and its re-run had ids %q, want one id twice", resent)
+	}
+	if len(other) != 1 || other[0] == resent[0] {
+		t.Errorf("gpu-001's action id %q, want its own (gpu-002's: %q)", other, resent[0])
+	}
+}
+
 func TestDrainedBySomeoneElseIsNeverUndrained(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4)

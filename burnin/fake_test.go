@@ -64,6 +64,8 @@ type fakeFleet struct {
 	nodes map[string]*fakeNode
 	order []string
 	calls map[string]int // "node|what" → count
+	// actionIDs are the ids RunAction was given, by "node|action".
+	actionIDs map[string][]string
 	// block, when set, is called before a call returns (tests stop the
 	// engine mid-run with it).
 	block func(ctx context.Context, node, what string) error
@@ -230,6 +232,12 @@ func (f *fakeFleet) RunAction(ctx context.Context, node, action string, params m
 	if err := bounded(opts); err != nil {
 		return campaign.ActionResult{}, fmt.Errorf("action %s on %s: %w", action, node, err)
 	}
+	f.mu.Lock()
+	if f.actionIDs == nil {
+		f.actionIDs = map[string][]string{}
+	}
+	f.actionIDs[node+"|"+action] = append(f.actionIDs[node+"|"+action], opts.ID)
+	f.mu.Unlock()
 	if _, err := f.record(ctx, node, "action:"+action); err != nil {
 		return campaign.ActionResult{}, err
 	}

@@ -45,6 +45,13 @@ type RunOptions struct {
 	// Params are bounded, named parameters the agent validates (e.g.
 	// "min_bytes"); never commands.
 	Params map[string]string
+	// ID, when set, is the action's id on the agent (RunAction only). A
+	// campaign that sends a step again after a coordinator restart gives
+	// the same ID, so the agent answers the action it is still running or
+	// ran (it never runs an id twice) instead of refusing a second one
+	// because the first holds the node. Empty: a fresh id. At most 128 of
+	// letters, digits, '.', '_', ':', '-', starting with a letter or digit.
+	ID string
 }
 
 // ActionResult is the outcome of an agent action (upgrade, rollback,

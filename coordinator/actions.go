@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
 
@@ -57,6 +58,9 @@ func (t *actionTable) status(node string, st *pb.ActionStatus) {
 	default:
 	}
 }
+
+// actionIDRE is what the agent takes as an action id.
+var actionIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 // newActionID makes an action id an operator can read in the agent's log.
 func newActionID(now time.Time) string {

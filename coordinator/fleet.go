@@ -343,6 +343,12 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 			node, action, strings.Join(sess.actions, ", "), campaign.ErrRefused)
 	}
 	req.ActionId = newActionID(s.now())
+	if opts.ID != "" {
+		if !actionIDRE.MatchString(opts.ID) {
+			return campaign.ActionResult{}, fmt.Errorf("action %s on %s: id %q: letters, digits, '.', '_', ':', '-' (at most 128)", action, node, opts.ID)
+		}
+		req.ActionId = opts.ID
+	}
 	// Recorded before it is sent: what, where, with what and on whose behalf.
 	actor := ActorFrom(ctx)
 	if !strings.HasPrefix(actor, "campaign") {

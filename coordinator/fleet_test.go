@@ -53,6 +53,11 @@ func startSimAgent(t *testing.T, s *Server, fabric *sim.Fabric, name string, mod
 	t.Helper()
 	spec := sim.DefaultSpec(name)
 	spec.Fabric = fabric
+	return startSimAgentSpec(t, s, spec, name, mod)
+}
+
+func startSimAgentSpec(t *testing.T, s *Server, spec sim.Spec, name string, mod func(*agent.Config)) *simAgent {
+	t.Helper()
 	n, err := sim.New(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -268,6 +273,38 @@ func TestFleetOverRealAgents(t *testing.T) {
 			t.Errorf("multi with a stopped peer: %v", err)
 		}
 	})
+}
+
+// An action sent again with the id of one the agent still runs (a
+// campaign resumed after a coordinator restart) gets that action's answer:
+// it neither runs twice nor is refused because the first holds the node.
+func TestFleetActionResentWithItsID(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, t.TempDir(), nil)
+	f := s.Fleet()
+	spec := sim.DefaultSpec("gpu-001")
+	spec.ActionDelay = time.Second
+	a := startSimAgentSpec(t, s, spec, "gpu-001", nil)
+	waitConnected(t, f, "gpu-001")
+	opts := campaign.RunOptions{Timeout: 20 * time.Second, ID: "b-20260504T080000-abc123.run7"}
+	params := map[string]string{"version": "550.54.15"}
+	// The first caller gives up while the agent installs (as a stopped
+	// coordinator does); the agent goes on.
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := f.RunAction(short, "gpu-001", "driver-upgrade", params, opts); err == nil {
+		t.Fatal("the first call outlived its context")
+	}
+	res, err := f.RunAction(context.Background(), "gpu-001", "driver-upgrade", params, opts)
+	if err != nil || !res.OK {
+		t.Fatalf("resent action: %+v %v", res, err)
+	}
+	if n := a.node.ActionCount("driver-upgrade"); n != 1 || a.node.Driver() != "550.54.15" {
+		t.Errorf("driver-upgrade ran %d times, driver %s; want once, 550.54.15", n, a.node.Driver())
+	}
+	if _, err := f.RunAction(context.Background(), "gpu-001", "driver-upgrade", params, campaign.RunOptions{Timeout: time.Second, ID: "-x"}); err == nil {
+		t.Error("a malformed id was sent")
+	}
 }
 
 func TestFleetTimeoutAndLostStream(t *testing.T) {
