@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/sim"
 )
@@ -165,7 +166,7 @@ func runAction(id, action string, params map[string]string, revertAfter, onDisc 
 func waitAction(t *testing.T, c *fakeCoord, id string) *fleetcheckv1.ActionStatus {
 	t.Helper()
 	var got *fleetcheckv1.ActionStatus
-	waitFor(t, "final status of "+id, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "final status of "+id, func() bool {
 		for _, st := range []fleetcheckv1.ActionStatus_State{fleetcheckv1.ActionStatus_STATE_REFUSED,
 			fleetcheckv1.ActionStatus_STATE_DONE, fleetcheckv1.ActionStatus_STATE_FAILED} {
 			if got = c.actionState(id, st); got != nil {
@@ -174,6 +175,7 @@ func waitAction(t *testing.T, c *fakeCoord, id string) *fleetcheckv1.ActionStatu
 		}
 		return false
 	})
+
 	return got
 }
 
@@ -184,7 +186,7 @@ func TestRunActionOverStream(t *testing.T) {
 	tn.serve(t, c)
 	h := &recHost{}
 	startAgent(t, actionTestConfig(t, "gpu-001"), h, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	var hello *fleetcheckv1.Hello
 	c.get(func(c *fakeCoord) { hello = c.hellos[0] })
 	if want := []string{"driver-upgrade", "ib-port-down", "ib-port-up"}; !slices.Equal(hello.GetEnabledActions(), want) {
@@ -227,7 +229,7 @@ func TestRunActionOverStream(t *testing.T) {
 	}
 	// A repeat is answered, not run again.
 	c.send(t, runAction("a6", "driver-upgrade", map[string]string{"version": "550.54.15"}, 0, 0))
-	waitFor(t, "repeat answered", 5*time.Second, func() bool {
+	testwait.Until(t, 5*time.Second, "repeat answered", func() bool {
 		n := 0
 		c.get(func(c *fakeCoord) {
 			for _, a := range c.actions {
@@ -238,6 +240,7 @@ func TestRunActionOverStream(t *testing.T) {
 		})
 		return n == 2
 	})
+
 	if n := len(h.calls()); n != 1 {
 		t.Errorf("repeat ran the action again (%d runs)", n)
 	}
@@ -272,7 +275,7 @@ func TestRevertTimerFiresWithStreamDown(t *testing.T) {
 	stop := tn.serve(t, c)
 	n := simAgentHost(t, "gpu-001")
 	startAgent(t, actionTestConfig(t, "gpu-001"), n, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 
 	c.send(t, runAction("d1", "ib-port-down", map[string]string{"hca": "mlx5_0", "port": "1"}, 1500*time.Millisecond, 0))
 	if st := waitAction(t, c, "d1"); st.GetState() != fleetcheckv1.ActionStatus_STATE_DONE {
@@ -285,8 +288,8 @@ func TestRevertTimerFiresWithStreamDown(t *testing.T) {
 		t.Fatal("the fault is not in place")
 	}
 	stop() // the coordinator is gone for good
-	waitFor(t, "agent notices", 10*time.Second, func() bool { return !c.connected() })
-	waitFor(t, "the agent's own revert", 10*time.Second, func() bool { return !portDown(n) })
+	testwait.Until(t, 10*time.Second, "agent notices", func() bool { return !c.connected() })
+	testwait.Until(t, 10*time.Second, "the agent's own revert", func() bool { return !portDown(n) })
 }
 
 func TestRevertOnDisconnect(t *testing.T) {
@@ -296,7 +299,7 @@ func TestRevertOnDisconnect(t *testing.T) {
 	stop := tn.serve(t, c)
 	n := simAgentHost(t, "gpu-001")
 	startAgent(t, actionTestConfig(t, "gpu-001"), n, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	c.send(t, runAction("d1", "ib-port-down", map[string]string{"hca": "mlx5_0"}, time.Hour, 300*time.Millisecond))
 	if st := waitAction(t, c, "d1"); st.GetState() != fleetcheckv1.ActionStatus_STATE_DONE {
 		t.Fatalf("inject: %s %q", st.GetState(), st.GetMessage())
@@ -307,7 +310,7 @@ func TestRevertOnDisconnect(t *testing.T) {
 	}
 	start := time.Now()
 	stop()
-	waitFor(t, "revert after losing the coordinator", 10*time.Second, func() bool { return !portDown(n) })
+	testwait.Until(t, 10*time.Second, "revert after losing the coordinator", func() bool { return !portDown(n) })
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("reverted %s after the loss, want about 300ms", d)
 	}
@@ -321,7 +324,7 @@ func TestRevertTimerSurvivesRestart(t *testing.T) {
 	n := simAgentHost(t, "gpu-001")
 	cfg := actionTestConfig(t, "gpu-001")
 	ta := startAgent(t, cfg, n, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	c.send(t, runAction("d1", "ib-port-down", map[string]string{"hca": "mlx5_0"}, 2*time.Second, 0))
 	if st := waitAction(t, c, "d1"); st.GetState() != fleetcheckv1.ActionStatus_STATE_DONE {
 		t.Fatalf("inject: %s %q", st.GetState(), st.GetMessage())
@@ -337,8 +340,8 @@ func TestRevertTimerSurvivesRestart(t *testing.T) {
 	}
 	// A new agent on the same state dir, no coordinator anywhere.
 	startAgent(t, cfg, n, &testNet{})
-	waitFor(t, "revert by the restarted agent", 10*time.Second, func() bool { return !portDown(n) })
-	waitFor(t, "timer dropped from disk", 5*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "revert by the restarted agent", func() bool { return !portDown(n) })
+	testwait.Until(t, 5*time.Second, "timer dropped from disk", func() bool {
 		data, _ := os.ReadFile(filepath.Join(cfg.StateDir, revertsFileName))
 		return strings.Contains(string(data), `"armed":[]`)
 	})
@@ -352,7 +355,7 @@ func TestExplicitRevertDisarms(t *testing.T) {
 	n := simAgentHost(t, "gpu-001")
 	cfg := actionTestConfig(t, "gpu-001")
 	ta := startAgent(t, cfg, n, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	p := map[string]string{"hca": "mlx5_3", "port": "1"}
 	c.send(t, runAction("d1", "ib-port-down", p, time.Hour, 0))
 	waitAction(t, c, "d1")
@@ -376,7 +379,7 @@ func TestDriverUpgradeOnSim(t *testing.T) {
 	tn.serve(t, c)
 	n := simAgentHost(t, "gpu-001")
 	startAgent(t, actionTestConfig(t, "gpu-001"), n, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	c.send(t, runAction("u1", "driver-upgrade", map[string]string{"version": "550.54.15"}, 0, 0))
 	if st := waitAction(t, c, "u1"); st.GetState() != fleetcheckv1.ActionStatus_STATE_DONE {
 		t.Fatalf("upgrade: %s %q", st.GetState(), st.GetMessage())
@@ -385,7 +388,7 @@ func TestDriverUpgradeOnSim(t *testing.T) {
 		t.Fatalf("sim driver %s", n.Driver())
 	}
 	// The pass that follows the action reports the new driver.
-	waitFor(t, "a result with the new driver", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "a result with the new driver", func() bool {
 		found := false
 		c.get(func(c *fakeCoord) {
 			for _, r := range c.results {
@@ -440,9 +443,10 @@ func multiRun(work, multi string, role fleetcheckv1.MultiRole, participants ...s
 
 func resultOf(t *testing.T, c *fakeCoord, work string) *fleetcheckv1.Result {
 	t.Helper()
-	waitFor(t, "result of "+work, 15*time.Second, func() bool {
+	testwait.Until(t, 15*time.Second, "result of "+work, func() bool {
 		return c.hasState(work, fleetcheckv1.WorkStatus_STATE_DONE) != nil
 	})
+
 	var r *fleetcheckv1.Result
 	id := c.hasState(work, fleetcheckv1.WorkStatus_STATE_DONE).GetResultId()
 	c.get(func(c *fakeCoord) { r = c.results[id] })
@@ -459,7 +463,7 @@ func TestMultiNodeParticipantsValidated(t *testing.T) {
 	tn.serve(t, c)
 	h := &recMulti{Node: simAgentHost(t, "gpu-001")}
 	startAgent(t, multiTestConfig(t, "gpu-001"), h, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	launcher := fleetcheckv1.MultiRole_MULTI_ROLE_LAUNCHER
 	bad := []struct {
 		rc   *fleetcheckv1.RunChecks
@@ -479,9 +483,10 @@ func TestMultiNodeParticipantsValidated(t *testing.T) {
 	}
 	for _, b := range bad {
 		c.runChecks(t, b.rc)
-		waitFor(t, "refusal of "+b.rc.GetWorkId(), 5*time.Second, func() bool {
+		testwait.Until(t, 5*time.Second, "refusal of "+b.rc.GetWorkId(), func() bool {
 			return c.hasState(b.rc.GetWorkId(), fleetcheckv1.WorkStatus_STATE_REFUSED) != nil
 		})
+
 		if st := c.hasState(b.rc.GetWorkId(), fleetcheckv1.WorkStatus_STATE_REFUSED); !strings.Contains(st.GetReason(), b.says) {
 			t.Errorf("%s: refused %q, want it to say %q", b.rc.GetWorkId(), st.GetReason(), b.says)
 		}
@@ -517,17 +522,18 @@ func TestMultiNodePeerReservation(t *testing.T) {
 	c := newFakeCoord()
 	tn.serve(t, c)
 	startAgent(t, multiTestConfig(t, "gpu-001"), simAgentHost(t, "gpu-001"), tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 
 	c.runChecks(t, multiRun("p1", "mp1", fleetcheckv1.MultiRole_MULTI_ROLE_PEER, "gpu-002", "gpu-001"))
-	waitFor(t, "peer accepted", 5*time.Second, func() bool {
+	testwait.Until(t, 5*time.Second, "peer accepted", func() bool {
 		return c.hasState("p1", fleetcheckv1.WorkStatus_STATE_ACCEPTED) != nil
 	})
+
 	// Reserved: no other disruptive check, no second run.
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "w1", Checks: []string{"nccl.allreduce"}, TimeoutMs: 5000})
 	c.runChecks(t, multiRun("p2", "mp2", fleetcheckv1.MultiRole_MULTI_ROLE_PEER, "gpu-003", "gpu-001"))
 	for _, id := range []string{"w1", "p2"} {
-		waitFor(t, id+" refused", 5*time.Second, func() bool {
+		testwait.Until(t, 5*time.Second, id+" refused", func() bool {
 			st := c.hasState(id, fleetcheckv1.WorkStatus_STATE_REFUSED)
 			return st != nil && strings.Contains(st.GetReason(), "reserved by multi-node run mp1")
 		})
@@ -551,7 +557,7 @@ func TestMultiNodePeerReservation(t *testing.T) {
 
 	// A peer whose run is called off reports a skip; one never told, an error.
 	c.runChecks(t, multiRun("p3", "mp3", fleetcheckv1.MultiRole_MULTI_ROLE_PEER, "gpu-002", "gpu-001"))
-	waitFor(t, "peer accepted", 5*time.Second, func() bool { return c.hasState("p3", fleetcheckv1.WorkStatus_STATE_ACCEPTED) != nil })
+	testwait.Until(t, 5*time.Second, "peer accepted", func() bool { return c.hasState("p3", fleetcheckv1.WorkStatus_STATE_ACCEPTED) != nil })
 	c.send(t, &fleetcheckv1.CoordinatorMessage{Msg: &fleetcheckv1.CoordinatorMessage_EndMulti{EndMulti: &fleetcheckv1.EndMulti{
 		MultiId: "mp3", AbortReason: "peer gpu-004 refused"}}})
 	if chk := resultOf(t, c, "p3").GetChecks()[0]; chk.GetStatus() != "skip" || !strings.Contains(chk.GetReason(), "called off: peer gpu-004 refused") {
@@ -571,7 +577,7 @@ func TestRunChecksParams(t *testing.T) {
 	c := newFakeCoord()
 	tn.serve(t, c)
 	startAgent(t, multiTestConfig(t, "gpu-001"), simAgentHost(t, "gpu-001"), tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	bad := []struct {
 		id     string
 		checks []string
@@ -585,9 +591,10 @@ func TestRunChecksParams(t *testing.T) {
 	}
 	for _, b := range bad {
 		c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: b.id, Checks: b.checks, Params: b.params})
-		waitFor(t, b.id+" refused", 5*time.Second, func() bool {
+		testwait.Until(t, 5*time.Second, b.id+" refused", func() bool {
 			return c.hasState(b.id, fleetcheckv1.WorkStatus_STATE_REFUSED) != nil
 		})
+
 		if st := c.hasState(b.id, fleetcheckv1.WorkStatus_STATE_REFUSED); !strings.Contains(st.GetReason(), b.says) {
 			t.Errorf("%s: %q, want %q", b.id, st.GetReason(), b.says)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/agent/spool"
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/host/bundle"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
 	"github.com/fleetcheck/fleetcheck/snapshot"
@@ -32,8 +33,8 @@ func TestHelloWelcomeAndScheduledResultsAcked(t *testing.T) {
 	ta := startAgent(t, cfg, &fakeHost{}, tn)
 
 	// First pass at start, the next one an interval later; both acked.
-	waitFor(t, "two scheduled results stored", 10*time.Second, func() bool { return c.stored() >= 2 })
-	waitFor(t, "spool drained by acks", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "two scheduled results stored", func() bool { return c.stored() >= 2 })
+	testwait.Until(t, 10*time.Second, "spool drained by acks", func() bool {
 		var n int
 		ta.metrics.read(func(m *recMetrics) { n = m.spool })
 		return n == 0
@@ -68,7 +69,7 @@ func TestHelloWelcomeAndScheduledResultsAcked(t *testing.T) {
 		}
 	}
 	// Heartbeats flow both ways at the welcome's interval.
-	waitFor(t, "agent heartbeats", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "agent heartbeats", func() bool {
 		var n int
 		c.get(func(c *fakeCoord) { n = c.heartbeats })
 		return n >= 2
@@ -81,11 +82,12 @@ func TestCoordinatorAbsentAtStartThenUp(t *testing.T) {
 	c := newFakeCoord()
 	ta := startAgent(t, testConfig(t), &fakeHost{}, tn)
 
-	waitFor(t, "two results spooled while the coordinator is down", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "two results spooled while the coordinator is down", func() bool {
 		var n int
 		ta.metrics.read(func(m *recMetrics) { n = m.spool })
 		return n >= 2
 	})
+
 	if len(ta.backoff.calls()) == 0 {
 		t.Fatal("no reconnect attempts while the coordinator was down")
 	}
@@ -93,7 +95,7 @@ func TestCoordinatorAbsentAtStartThenUp(t *testing.T) {
 		t.Errorf("no log line about the unreachable coordinator")
 	}
 	tn.serve(t, c)
-	waitFor(t, "spooled results delivered and acked", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "spooled results delivered and acked", func() bool {
 		var spooled, passes int
 		ta.metrics.read(func(m *recMetrics) { spooled, passes = m.spool, m.passes })
 		return spooled == 0 && c.stored() == passes
@@ -109,19 +111,21 @@ func TestConnectionCutLosesNothing(t *testing.T) {
 	cfg := testConfig(t)
 	ta := startAgent(t, cfg, &fakeHost{}, tn)
 
-	waitFor(t, "two unacked results at the coordinator", 10*time.Second, func() bool { return c.stored() >= 2 })
+	testwait.Until(t, 10*time.Second, "two unacked results at the coordinator", func() bool { return c.stored() >= 2 })
 	c.set(func(c *fakeCoord) { c.noAck = false })
 	c.cut()
-	waitFor(t, "reconnect", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "reconnect", func() bool {
 		var n int
 		c.get(func(c *fakeCoord) { n = c.connects })
 		return n >= 2
 	})
-	waitFor(t, "everything acked after the reconnect", 10*time.Second, func() bool {
+
+	testwait.Until(t, 10*time.Second, "everything acked after the reconnect", func() bool {
 		var spooled int
 		ta.metrics.read(func(m *recMetrics) { spooled = m.spool })
 		return spooled == 0
 	})
+
 	ta.stop()
 
 	var dups int
@@ -172,11 +176,12 @@ func TestKnownResultIDsDropFromSpool(t *testing.T) {
 	cfg := testConfig(t)
 	// An agent without a coordinator spools a result...
 	ta := startAgent(t, cfg, &fakeHost{}, tn)
-	waitFor(t, "a spooled result", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "a spooled result", func() bool {
 		var n int
 		ta.metrics.read(func(m *recMetrics) { n = m.spool })
 		return n >= 1
 	})
+
 	ta.stop()
 	sp, err := spool.Open(cfg.StateDir+"/spool", spool.Limits{}, zerolog.Nop())
 	if err != nil {
@@ -191,7 +196,7 @@ func TestKnownResultIDsDropFromSpool(t *testing.T) {
 	c.known = spooled
 	tn.serve(t, c)
 	ta2 := startAgent(t, cfg, &fakeHost{hang: map[snapshot.Source]bool{snapshot.SrcKernelLog: true}}, tn)
-	waitFor(t, "connected", 10*time.Second, func() bool { return c.connected() })
+	testwait.Until(t, 10*time.Second, "connected", func() bool { return c.connected() })
 	time.Sleep(200 * time.Millisecond)
 	ta2.stop()
 	c.get(func(c *fakeCoord) {
@@ -216,11 +221,12 @@ func TestRestartDeliversSpoolAndKeepsState(t *testing.T) {
 
 	// Run 1, coordinator down: one pass, spooled.
 	ta := startAgent(t, cfg, &fakeHost{Host: b}, tn)
-	waitFor(t, "first pass spooled", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "first pass spooled", func() bool {
 		var n int
 		ta.metrics.read(func(m *recMetrics) { n = m.spool })
 		return n == 1
 	})
+
 	ta.stop()
 
 	// Run 2, coordinator up: run 1's result is delivered; the Xids it
@@ -229,7 +235,7 @@ func TestRestartDeliversSpoolAndKeepsState(t *testing.T) {
 	c := newFakeCoord()
 	tn.serve(t, c)
 	ta2 := startAgent(t, cfg, &fakeHost{Host: b}, tn)
-	waitFor(t, "both results stored", 10*time.Second, func() bool { return c.stored() == 2 })
+	testwait.Until(t, 10*time.Second, "both results stored", func() bool { return c.stored() == 2 })
 	ta2.stop()
 
 	var results []*fleetcheckv1.Result
@@ -277,7 +283,7 @@ func TestRunChecksRefusals(t *testing.T) {
 	startAgent(t, cfg, &fakeHost{}, tn, WithActivitySource(ActivityFunc(func(context.Context) (Activity, error) {
 		return act.Load().(Activity), nil
 	})))
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 
 	tests := []struct {
 		work   string
@@ -292,9 +298,10 @@ func TestRunChecksRefusals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: tc.work, Checks: tc.checks, TimeoutMs: 1000})
-		waitFor(t, "refusal of "+tc.work, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, "refusal of "+tc.work, func() bool {
 			return c.hasState(tc.work, fleetcheckv1.WorkStatus_STATE_REFUSED) != nil
 		})
+
 		st := c.hasState(tc.work, fleetcheckv1.WorkStatus_STATE_REFUSED)
 		if !strings.Contains(st.GetReason(), tc.reason) {
 			t.Errorf("%s: reason %q, want it to say %q", tc.work, st.GetReason(), tc.reason)
@@ -303,9 +310,10 @@ func TestRunChecksRefusals(t *testing.T) {
 	// The same disruptive request runs once the node is idle.
 	act.Store(ActivityIdle)
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "w-idle", Checks: []string{"nccl.allreduce"}, TimeoutMs: 1000})
-	waitFor(t, "disruptive check done while idle", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "disruptive check done while idle", func() bool {
 		return c.hasState("w-idle", fleetcheckv1.WorkStatus_STATE_DONE) != nil
 	})
+
 	for _, tc := range tests {
 		if c.hasState(tc.work, fleetcheckv1.WorkStatus_STATE_ACCEPTED) != nil {
 			t.Errorf("%s was accepted as well as refused", tc.work)
@@ -319,10 +327,10 @@ func TestAcceptedWorkResultThenDone(t *testing.T) {
 	c := newFakeCoord()
 	tn.serve(t, c)
 	ta := startAgent(t, testConfig(t), &fakeHost{}, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "w1", Checks: []string{"gpu.ecc", "gpu.inventory", "gpu.ecc"}, TimeoutMs: 5000})
-	waitFor(t, "DONE for w1", 10*time.Second, func() bool { return c.hasState("w1", fleetcheckv1.WorkStatus_STATE_DONE) != nil })
+	testwait.Until(t, 10*time.Second, "DONE for w1", func() bool { return c.hasState("w1", fleetcheckv1.WorkStatus_STATE_DONE) != nil })
 	done := c.hasState("w1", fleetcheckv1.WorkStatus_STATE_DONE)
 
 	var r *fleetcheckv1.Result
@@ -347,15 +355,16 @@ func TestAcceptedWorkResultThenDone(t *testing.T) {
 
 	// A repeated request (a coordinator resending after a reconnect) is
 	// answered from memory, not run again.
-	waitFor(t, "w1 acked", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "w1 acked", func() bool {
 		var n int
 		ta.metrics.read(func(m *recMetrics) { n = m.spool })
 		return n == 0
 	})
+
 	var before int
 	ta.metrics.read(func(m *recMetrics) { before = m.workPasses })
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "w1", Checks: []string{"gpu.ecc"}})
-	waitFor(t, "second DONE for w1", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "second DONE for w1", func() bool {
 		n := 0
 		for _, s := range c.statusOf("w1") {
 			if s.GetState() == fleetcheckv1.WorkStatus_STATE_DONE {
@@ -364,6 +373,7 @@ func TestAcceptedWorkResultThenDone(t *testing.T) {
 		}
 		return n == 2
 	})
+
 	var after int
 	ta.metrics.read(func(m *recMetrics) { after = m.workPasses })
 	if after != before {
@@ -385,12 +395,13 @@ func TestHungCheckDoesNotBlockStream(t *testing.T) {
 	cfg.Activity = ActivityIdle
 	h := &fakeHost{hang: map[snapshot.Source]bool{snapshot.SrcDCGMDiag: true}}
 	ta := startAgent(t, cfg, h, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "w-hung", Checks: []string{"dcgm.diag"}, TimeoutMs: 60000})
-	waitFor(t, "hung work accepted", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "hung work accepted", func() bool {
 		return c.hasState("w-hung", fleetcheckv1.WorkStatus_STATE_ACCEPTED) != nil
 	})
+
 	var hb0 int
 	c.get(func(c *fakeCoord) { hb0 = c.heartbeats })
 	stored0 := c.stored()
@@ -398,28 +409,32 @@ func TestHungCheckDoesNotBlockStream(t *testing.T) {
 	// While it hangs: heartbeats keep flowing, scheduled passes are stored
 	// and acked, and another request runs to completion.
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "w-quick", Checks: []string{"gpu.ecc"}, TimeoutMs: 5000})
-	waitFor(t, "other work done while one hangs", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "other work done while one hangs", func() bool {
 		return c.hasState("w-quick", fleetcheckv1.WorkStatus_STATE_DONE) != nil
 	})
-	waitFor(t, "heartbeats while a check hangs", 10*time.Second, func() bool {
+
+	testwait.Until(t, 10*time.Second, "heartbeats while a check hangs", func() bool {
 		var n int
 		c.get(func(c *fakeCoord) { n = c.heartbeats })
 		return n >= hb0+3
 	})
-	waitFor(t, "a scheduled pass stored and acked while a check hangs", 10*time.Second, func() bool {
+
+	testwait.Until(t, 10*time.Second, "a scheduled pass stored and acked while a check hangs", func() bool {
 		var spooled int
 		ta.metrics.read(func(m *recMetrics) { spooled = m.spool })
 		return c.stored() >= stored0+2 && spooled == 0
 	})
+
 	if c.hasState("w-hung", fleetcheckv1.WorkStatus_STATE_DONE) != nil {
 		t.Fatal("the hung check finished")
 	}
 	// A second request for the same source joins the stuck read instead of
 	// starting another, and ends at its own deadline.
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "w-hung2", Checks: []string{"dcgm.diag"}, TimeoutMs: 200})
-	waitFor(t, "second dcgm request ends at its deadline", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "second dcgm request ends at its deadline", func() bool {
 		return c.hasState("w-hung2", fleetcheckv1.WorkStatus_STATE_DONE) != nil
 	})
+
 	st := c.hasState("w-hung2", fleetcheckv1.WorkStatus_STATE_DONE)
 	var r *fleetcheckv1.Result
 	c.get(func(c *fakeCoord) { r = c.results[st.GetResultId()] })
@@ -446,11 +461,12 @@ func TestRefusedHelloBacksOff(t *testing.T) {
 	ta.backoff.wait = 150 * time.Millisecond
 	ta.backoff.mu.Unlock()
 
-	waitFor(t, "four refused attempts", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "four refused attempts", func() bool {
 		var n int
 		c.get(func(c *fakeCoord) { n = c.connects })
 		return n >= 4
 	})
+
 	// Attempts are spaced by the backoff, never back to back.
 	var at []time.Time
 	c.get(func(c *fakeCoord) { at = append(at, c.connectAt...) })
@@ -485,11 +501,12 @@ func TestSilentCoordinatorReconnects(t *testing.T) {
 	c.heartbeatMs = 100
 	tn.serve(t, c)
 	ta := startAgent(t, testConfig(t), &fakeHost{}, tn)
-	waitFor(t, "reconnect after three silent intervals", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "reconnect after three silent intervals", func() bool {
 		var n int
 		c.get(func(c *fakeCoord) { n = c.connects })
 		return n >= 2
 	})
+
 	if !strings.Contains(ta.logs.String(), "silent") {
 		t.Errorf("no log of the silence")
 	}
@@ -502,11 +519,12 @@ func TestRefusedResultDropped(t *testing.T) {
 	c.refuseRes = `result claims node "gpu-999"`
 	tn.serve(t, c)
 	ta := startAgent(t, testConfig(t), &fakeHost{}, tn)
-	waitFor(t, "refused result dropped from the spool", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "refused result dropped from the spool", func() bool {
 		var spooled, refused int
 		ta.metrics.read(func(m *recMetrics) { spooled, refused = m.spool, m.refused })
 		return refused >= 1 && spooled == 0
 	})
+
 	if !strings.Contains(ta.logs.String(), "coordinator refused a result") || !strings.Contains(ta.logs.String(), "gpu-999") {
 		t.Errorf("refusal not logged with its reason")
 	}
@@ -519,11 +537,12 @@ func TestNoWelcomeTimesOut(t *testing.T) {
 	c.noWelcome = true
 	tn.serve(t, c)
 	ta := startAgent(t, testConfig(t), &fakeHost{}, tn, WithTimeouts(200*time.Millisecond, 0, 0))
-	waitFor(t, "a second attempt after the hello timed out", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "a second attempt after the hello timed out", func() bool {
 		var n int
 		c.get(func(c *fakeCoord) { n = c.connects })
 		return n >= 2
 	})
+
 	if !strings.Contains(ta.logs.String(), "no welcome from the coordinator in time") {
 		t.Errorf("hello timeout not logged")
 	}
@@ -585,7 +604,7 @@ func TestScheduledResultFullWithSubsetEnabled(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.EnabledChecks = []string{"gpu.inventory", "gpu.ecc"}
 	startAgent(t, cfg, &fakeHost{}, tn)
-	waitFor(t, "a scheduled result", 10*time.Second, func() bool { return c.stored() >= 1 })
+	testwait.Until(t, 10*time.Second, "a scheduled result", func() bool { return c.stored() >= 1 })
 	c.get(func(c *fakeCoord) {
 		for _, r := range c.results {
 			if !r.GetFull() || len(r.GetChecks()) != 2 {
@@ -613,11 +632,12 @@ func TestFullSpoolDiskCountsEveryLostResult(t *testing.T) {
 	c := newFakeCoord()
 	tn.serve(t, c)
 	ta := startAgent(t, testConfig(t), &fakeHost{}, tn, WithSpoolFS(fullDisk{}))
-	waitFor(t, "two passes", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "two passes", func() bool {
 		var n int
 		ta.metrics.read(func(m *recMetrics) { n = m.passes })
 		return n >= 2
 	})
+
 	ta.stop()
 	var passes int
 	var dropped map[string]int

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/pki"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
@@ -51,7 +52,7 @@ func TestLoopbackPlaintext(t *testing.T) {
 	cfg.Coordinator = serveLoopback(t, c)
 	// No test dialer: the agent's own dial path, over real TCP.
 	startAgent(t, cfg, &fakeHost{}, nil)
-	waitFor(t, "a result over TCP", 5*time.Second, func() bool { return c.stored() >= 1 })
+	testwait.Until(t, 5*time.Second, "a result over TCP", func() bool { return c.stored() >= 1 })
 }
 
 // testPKI is a throwaway CA with a server and a node certificate on disk.
@@ -165,7 +166,7 @@ func TestMutualTLS(t *testing.T) {
 		KeyFile:  filepath.Join(p.dir, "node-key.pem"),
 	}
 	startAgent(t, cfg, &fakeHost{}, nil)
-	waitFor(t, "a result over mTLS", 5*time.Second, func() bool { return sc.stored() >= 1 })
+	testwait.Until(t, 5*time.Second, "a result over mTLS", func() bool { return sc.stored() >= 1 })
 	select {
 	case id := <-sc.ids:
 		if id != "spiffe://test.example/node/gpu-001" {
@@ -286,7 +287,7 @@ func TestIdentityRefusedBacksOffLongest(t *testing.T) {
 			cfg.Coordinator = lis.Addr().String()
 			const longest = 150 * time.Millisecond
 			ta := startAgent(t, cfg, &fakeHost{}, nil, WithBackoff(longBackoff{longest: longest}))
-			waitFor(t, "three attempts", 5*time.Second, func() bool { return len(d.attempts()) >= 3 })
+			testwait.Until(t, 5*time.Second, "three attempts", func() bool { return len(d.attempts()) >= 3 })
 			at := d.attempts()
 			for i := 1; i < len(at); i++ {
 				if gap := at[i].Sub(at[i-1]); gap < longest {
@@ -354,9 +355,10 @@ func TestExpiredCertificateSaysSo(t *testing.T) {
 	cfg.Coordinator, cfg.Insecure = lis.Addr().String(), false
 	cfg.TLS = TLSConfig{CAFile: old.CAFile, CertFile: old.CertFile, KeyFile: old.KeyFile}
 	ta := startAgent(t, cfg, &fakeHost{}, nil, WithBackoff(longBackoff{longest: time.Hour}))
-	waitFor(t, "the refusal logged", 5*time.Second, func() bool {
+	testwait.Until(t, 5*time.Second, "the refusal logged", func() bool {
 		return strings.Contains(ta.logs.String(), "expired at")
 	})
+
 	logs := ta.logs.String()
 	if !strings.Contains(logs, `"level":"error"`) || !strings.Contains(logs, `"retry_in_ms":3600000`) ||
 		strings.Contains(logs, "cannot reach the coordinator") {

@@ -563,15 +563,4 @@ func startAgent(t *testing.T, cfg *Config, h host.Host, tn *testNet, opts ...Opt
 	return ta
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func nopLogger() zerolog.Logger { return zerolog.Nop() }

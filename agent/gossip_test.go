@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/membership"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
@@ -96,10 +97,11 @@ func keyOp(t *testing.T, c *fakeCoord, id string, op fleetcheckv1.GossipKeyOp_Op
 	c.send(t, &fleetcheckv1.CoordinatorMessage{Msg: &fleetcheckv1.CoordinatorMessage_GossipKey{GossipKey: &fleetcheckv1.GossipKeyOp{
 		OpId: id, Op: op, Key: key}}})
 	var st *fleetcheckv1.GossipKeyStatus
-	waitFor(t, "gossip key status "+id, 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "gossip key status "+id, func() bool {
 		st = c.gossipKeyStatus(id)
 		return st != nil
 	})
+
 	return st
 }
 
@@ -114,23 +116,24 @@ func TestGossipJoinsCoordinatorAndLeavesOnStop(t *testing.T) {
 	gossipConfigOn(cfg, "")
 	ta := startAgent(t, cfg, &fakeHost{}, tn)
 
-	waitFor(t, "hello", 10*time.Second, func() bool { return c.firstHello() != nil })
+	testwait.Until(t, 10*time.Second, "hello", func() bool { return c.firstHello() != nil })
 	addr := c.firstHello().GetGossipAddr()
 	if !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
 		t.Fatalf("hello gossip_addr = %q, want 127.0.0.1:PORT", addr)
 	}
 
 	// The agent joins the address the welcome announced.
-	waitFor(t, "coordinator pool sees the agent alive", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "coordinator pool sees the agent alive", func() bool {
 		m, ok := cp.Member("gpu-001")
 		return ok && m.State == membership.StateAlive
 	})
+
 	m, _ := cp.Member("gpu-001")
 	if m.Addr != addr || m.Meta.Role != membership.RoleAgent || m.Meta.Labels["sku"] != "h100-sxm-8" ||
 		m.Meta.Labels["rack"] != "r12" || m.Meta.AgentVersion != "test" || m.Meta.ProtocolVersion != version.Protocol {
 		t.Errorf("coordinator sees %+v", m)
 	}
-	waitFor(t, "gossip member metrics", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "gossip member metrics", func() bool {
 		var n [3]int
 		ta.metrics.read(func(m *recMetrics) { n = m.gossip })
 		return n == [3]int{2, 0, 0}
@@ -138,9 +141,10 @@ func TestGossipJoinsCoordinatorAndLeavesOnStop(t *testing.T) {
 
 	// A clean stop is a leave, not a failure.
 	ta.stop()
-	waitFor(t, "coordinator pool sees the agent left", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "coordinator pool sees the agent left", func() bool {
 		return cp.leftAs("gpu-001", membership.StateLeft)
 	})
+
 	if cp.leftAs("gpu-001", membership.StateDead) {
 		t.Error("the agent was reported dead before it left")
 	}
@@ -164,7 +168,7 @@ func TestGossipKeyRotationAppliedAndSaved(t *testing.T) {
 	cfg := testConfig(t)
 	gossipConfigOn(cfg, configured)
 	ta := startAgent(t, cfg, &fakeHost{}, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 
 	saved := filepath.Join(cfg.StateDir, gossipKeyringFile)
 	savedKeys := func() [][]byte {
@@ -236,11 +240,12 @@ func TestGossipKeyRotationAppliedAndSaved(t *testing.T) {
 	// A restart keeps the rotated keyring: the saved file is the newer one.
 	ta.stop()
 	ta2 := startAgent(t, cfg, &fakeHost{}, tn)
-	waitFor(t, "reconnected", 10*time.Second, func() bool {
+	testwait.Until(t, 10*time.Second, "reconnected", func() bool {
 		var n int
 		c.get(func(c *fakeCoord) { n = len(c.hellos) })
 		return n >= 2
 	})
+
 	if ta2.gossip == nil || !same(ta2.gossip.pool.Keys(), [][]byte{k2}) {
 		t.Errorf("restarted agent does not use the rotated keyring")
 	}
@@ -253,7 +258,7 @@ func TestGossipOffRefusesKeyOps(t *testing.T) {
 	c.gossipAddr = "127.0.0.1:7946" // announced, but this agent has no pool
 	tn.serve(t, c)
 	startAgent(t, testConfig(t), &fakeHost{}, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	if addr := c.firstHello().GetGossipAddr(); addr != "" {
 		t.Errorf("hello gossip_addr = %q with gossip off", addr)
 	}
@@ -278,7 +283,7 @@ func TestGossipStartFailureLeavesAgentRunning(t *testing.T) {
 	gossipConfigOn(cfg, "")
 	cfg.Gossip.Bind = busy.Addr().String()
 	ta := startAgent(t, cfg, &fakeHost{}, tn)
-	waitFor(t, "a result stored", 10*time.Second, func() bool { return c.stored() >= 1 })
+	testwait.Until(t, 10*time.Second, "a result stored", func() bool { return c.stored() >= 1 })
 	if addr := c.firstHello().GetGossipAddr(); addr != "" {
 		t.Errorf("hello gossip_addr = %q though gossip failed", addr)
 	}

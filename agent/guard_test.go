@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/host"
 	"github.com/fleetcheck/fleetcheck/inspect"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/snapshot"
 )
 
@@ -63,7 +64,7 @@ func TestGuardJoinsStuckReadAndLeavesAtDeadline(t *testing.T) {
 	}
 	close(sh.release)
 	// Once the stuck read ends, the next pass reads afresh.
-	waitFor(t, "stuck read to end", time.Second, func() bool {
+	testwait.Until(t, time.Second, "stuck read to end", func() bool {
 		c := g.Capture(context.Background(), snapshot.SrcNvidiaSMI)
 		return c.State == snapshot.StateOK
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/sim"
 	"github.com/fleetcheck/fleetcheck/snapshot"
@@ -167,7 +168,7 @@ func TestSimHostAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	startAgent(t, cfg, h, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 
 	ibPorts := func(want string) func() bool {
 		return func() bool {
@@ -184,20 +185,20 @@ func TestSimHostAgent(t *testing.T) {
 			return found
 		}
 	}
-	waitFor(t, "a healthy result from the simulated node", 15*time.Second, ibPorts("pass"))
+	testwait.Until(t, 15*time.Second, "a healthy result from the simulated node", ibPorts("pass"))
 
 	c.send(t, runAction("f1", "sim-fault", map[string]string{"kind": "ib_port_down", "target": "mlx5_3"}, 0, 0))
 	if st := waitAction(t, c, "f1"); st.GetState() != fleetcheckv1.ActionStatus_STATE_DONE {
 		t.Fatalf("sim-fault: %s %q", st.GetState(), st.GetMessage())
 	}
-	waitFor(t, "ib.ports failing after the injected fault", 15*time.Second, ibPorts("fail"))
+	testwait.Until(t, 15*time.Second, "ib.ports failing after the injected fault", ibPorts("fail"))
 
 	c.set(func(c *fakeCoord) { clear(c.results) })
 	c.send(t, runAction("c1", "sim-clear", map[string]string{"kind": "ib_port_down", "target": "mlx5_3"}, 0, 0))
 	if st := waitAction(t, c, "c1"); st.GetState() != fleetcheckv1.ActionStatus_STATE_DONE {
 		t.Fatalf("sim-clear: %s %q", st.GetState(), st.GetMessage())
 	}
-	waitFor(t, "ib.ports passing after the clear", 15*time.Second, ibPorts("pass"))
+	testwait.Until(t, 15*time.Second, "ib.ports passing after the clear", ibPorts("pass"))
 }
 
 // TestBundleHostAgent: an agent replaying a bundle reports what the
@@ -215,7 +216,7 @@ func TestBundleHostAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	startAgent(t, cfg, h, tn)
-	waitFor(t, "a result with ib.ports failing", 15*time.Second, func() bool {
+	testwait.Until(t, 15*time.Second, "a result with ib.ports failing", func() bool {
 		found := false
 		c.get(func(c *fakeCoord) {
 			for _, r := range c.results {
@@ -228,6 +229,7 @@ func TestBundleHostAgent(t *testing.T) {
 		})
 		return found
 	})
+
 	if _, err := OpenHost(simHostConfig(t, t.TempDir(), "host: {mode: bundle, path: /nonexistent/bundle}\n"), zerolog.Nop()); err == nil ||
 		!strings.Contains(err.Error(), "host mode bundle") {
 		t.Errorf("missing bundle: %v", err)

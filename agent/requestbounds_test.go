@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -82,7 +83,7 @@ func TestHugeRevertAfterClamped(t *testing.T) {
 	tn.serve(t, c)
 	n := simAgentHost(t, "gpu-001")
 	startAgent(t, actionTestConfig(t, "gpu-001"), n, tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	c.send(t, &fleetcheckv1.CoordinatorMessage{Msg: &fleetcheckv1.CoordinatorMessage_RunAction{RunAction: &fleetcheckv1.RunAction{
 		ActionId: "big1", Action: "ib-port-down", Params: map[string]string{"hca": "mlx5_0", "port": "1"},
 		RevertAfterMs: 9e15, RevertOnDisconnectMs: math.MaxInt64, TimeoutMs: math.MaxInt64,

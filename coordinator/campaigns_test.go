@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/rollout"
 	"github.com/fleetcheck/fleetcheck/simfleet"
@@ -168,21 +170,14 @@ func TestCampaignSweepFindsSlowNode(t *testing.T) {
 	}
 	id := list[0].ID
 	var rep sweep.Report
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.For(t, 20*time.Second, "the sweep to finish", func() (bool, string) {
 		doc, err := c.SweepReport(ctx, &pb.CampaignRef{Id: id})
 		if err != nil {
 			t.Fatal(err)
 		}
 		rep = decode[sweep.Report](t, doc.GetBody())
-		if rep.State != sweep.StateRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sweep still running: %+v", rep.Progress)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return rep.State != sweep.StateRunning, fmt.Sprintf("%s %+v", rep.State, rep.Progress)
+	})
 	if rep.State != sweep.StateDone {
 		t.Fatalf("sweep %s: %s", rep.State, rep.Error)
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/store"
 )
@@ -121,7 +122,7 @@ func TestResultAckedAndStoredOnce(t *testing.T) {
 	if c.Results != 1 || c.CheckResults != 2 {
 		t.Fatalf("stored %+v, want 1 result and 2 check rows", c)
 	}
-	eventually(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
+	testwait.Until(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
 	if st := s.Stats(); st.ResultsAcked != 1 || st.ResultsDuplicate != 1 || st.ConnectedAgents != 1 {
 		t.Fatalf("stats = %+v", st)
 	}
@@ -180,7 +181,7 @@ func TestStatesFromResults(t *testing.T) {
 	}
 	a.sendResult(result("gpu-001", true))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "failed", stateIs(t, s, "gpu-001", StateFailed))
+	testwait.Until(t, 5*time.Second, "failed", stateIs(t, s, "gpu-001", StateFailed))
 	n := nodeOf(t, s, "gpu-001")
 	if n.StateReason != "gpu.ecc fail: GPU3 ECC_UNCORRECTABLE" {
 		t.Fatalf("reason = %q", n.StateReason)
@@ -191,7 +192,7 @@ func TestStatesFromResults(t *testing.T) {
 	warn.Status = "warn"
 	a.sendResult(warn)
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "degraded", stateIs(t, s, "gpu-001", StateDegraded))
+	testwait.Until(t, 5*time.Second, "degraded", stateIs(t, s, "gpu-001", StateDegraded))
 	ev := eventsOf(t, s, "gpu-001")
 	for _, want := range []string{
 		"connection: node joined",
@@ -218,10 +219,10 @@ func TestStreamDropAndReconnect(t *testing.T) {
 	a := mustConnect(t, s, "gpu-001")
 	a.sendResult(result("gpu-001", true))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "failed", stateIs(t, s, "gpu-001", StateFailed))
+	testwait.Until(t, 5*time.Second, "failed", stateIs(t, s, "gpu-001", StateFailed))
 
 	a.close() // the agent dies
-	eventually(t, 5*time.Second, "unreachable", stateIs(t, s, "gpu-001", StateUnreachable))
+	testwait.Until(t, 5*time.Second, "unreachable", stateIs(t, s, "gpu-001", StateUnreachable))
 	n := nodeOf(t, s, "gpu-001")
 	if n.Connected || !strings.HasPrefix(n.StateReason, "stream lost") {
 		t.Fatalf("after the drop: connected=%v reason=%q", n.Connected, n.StateReason)
@@ -231,7 +232,7 @@ func TestStreamDropAndReconnect(t *testing.T) {
 	}
 
 	mustConnect(t, s, "gpu-001")
-	eventually(t, 5*time.Second, "failed again", stateIs(t, s, "gpu-001", StateFailed))
+	testwait.Until(t, 5*time.Second, "failed again", stateIs(t, s, "gpu-001", StateFailed))
 	if ev := eventsOf(t, s, "gpu-001"); !hasEvent(ev, "unreachable -> failed: agent reconnected; gpu.ecc fail: GPU3 ECC_UNCORRECTABLE") {
 		t.Fatalf("events = %v", ev)
 	}
@@ -247,7 +248,7 @@ func TestSecondStreamReplacesFirst(t *testing.T) {
 	}
 	b.sendResult(result("gpu-001", false))
 	b.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
+	testwait.Until(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
 	if n := nodeOf(t, s, "gpu-001"); !n.Connected {
 		t.Fatal("the replaced stream's end disconnected the node")
 	}
@@ -288,7 +289,7 @@ func TestHeartbeatTimeout(t *testing.T) {
 	if st.Code() != codes.DeadlineExceeded || !strings.Contains(st.Message(), "3 heartbeat intervals") {
 		t.Fatalf("silent stream ended with %v", st)
 	}
-	eventually(t, 5*time.Second, "unreachable", stateIs(t, s, "silent", StateUnreachable))
+	testwait.Until(t, 5*time.Second, "unreachable", stateIs(t, s, "silent", StateUnreachable))
 	if n := nodeOf(t, s, "silent"); !strings.Contains(n.StateReason, "3 heartbeat intervals") {
 		t.Fatalf("reason = %q", n.StateReason)
 	}
@@ -322,7 +323,7 @@ func TestRunCheck(t *testing.T) {
 	}))
 	gone := mustConnect(t, s, "n5")
 	gone.close()
-	eventually(t, 5*time.Second, "n5 unreachable", stateIs(t, s, "n5", StateUnreachable))
+	testwait.Until(t, 5*time.Second, "n5 unreachable", stateIs(t, s, "n5", StateUnreachable))
 	mustConnect(t, s, "other", withLabels(map[string]string{"sku": "a100"}))
 
 	stream, err := operator(t, s).RunCheck(context.Background(), &pb.RunCheckRequest{
@@ -440,7 +441,7 @@ func TestRestartKeepsAcknowledged(t *testing.T) {
 			t.Fatal(ack)
 		}
 	}
-	eventually(t, 5*time.Second, "failed", stateIs(t, s1, "gpu-001", StateFailed))
+	testwait.Until(t, 5*time.Second, "failed", stateIs(t, s1, "gpu-001", StateFailed))
 	stopServer(t, s1)
 	if st := a.waitEnd(5 * time.Second); st.Code() != codes.Unavailable {
 		t.Fatalf("agent stream at shutdown: %v", st)
@@ -457,9 +458,9 @@ func TestRestartKeepsAcknowledged(t *testing.T) {
 		t.Fatalf("after restart: state %s connected %v; want failed, disconnected until the agent is back", n.State, n.Connected)
 	}
 	// The agent does not come back: after the grace it is unreachable.
-	eventually(t, 5*time.Second, "unreachable after grace", stateIs(t, s2, "gpu-001", StateUnreachable))
+	testwait.Until(t, 5*time.Second, "unreachable after grace", stateIs(t, s2, "gpu-001", StateUnreachable))
 	b := mustConnect(t, s2, "gpu-001")
-	eventually(t, 5*time.Second, "failed after return", stateIs(t, s2, "gpu-001", StateFailed))
+	testwait.Until(t, 5*time.Second, "failed after return", stateIs(t, s2, "gpu-001", StateFailed))
 	b.sendResult(&pb.Result{Id: ids[0], Node: "gpu-001", Status: "pass", Full: true, FinishedUnixMs: time.Now().UnixMilli()})
 	if ack := b.ack(5 * time.Second); !ack.GetDuplicate() {
 		t.Fatalf("resent result after restart: %v, want duplicate", ack)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/drain"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 // scheduler is a drain adapter that behaves like a real scheduler's: its
@@ -55,7 +56,7 @@ func TestDrainPolicyTakesNodeOutAndBack(t *testing.T) {
 
 	a.sendResult(result("gpu-001", false))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
+	testwait.Until(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
 	if out, _ := fleetNode(t, s, "gpu-001"); out {
 		t.Fatal("a healthy node is out of service")
 	}
@@ -63,7 +64,7 @@ func TestDrainPolicyTakesNodeOutAndBack(t *testing.T) {
 	// ECC_UNCORRECTABLE with action replace: the policy drains.
 	a.sendResult(result("gpu-001", true))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "drained", stateIs(t, s, "gpu-001", StateDrained))
+	testwait.Until(t, 5*time.Second, "drained", stateIs(t, s, "gpu-001", StateDrained))
 	n := nodeOf(t, s, "gpu-001")
 	want := "drain policy through none: gpu.ecc: GPU3 ECC_UNCORRECTABLE (fail, action replace)"
 	if n.StateReason != want {
@@ -86,7 +87,7 @@ func TestDrainPolicyTakesNodeOutAndBack(t *testing.T) {
 	// clean again.
 	a.sendResult(result("gpu-001", false))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "healthy again", stateIs(t, s, "gpu-001", StateHealthy))
+	testwait.Until(t, 5*time.Second, "healthy again", stateIs(t, s, "gpu-001", StateHealthy))
 	if st, _ := rec.Status(context.Background(), "gpu-001"); st.Drained {
 		t.Errorf("adapter still records a drain: %+v", st)
 	}
@@ -99,7 +100,7 @@ func TestDrainPolicySchedulerResume(t *testing.T) {
 	a := mustConnect(t, s, "gpu-002")
 	a.sendResult(result("gpu-002", true))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "drained", stateIs(t, s, "gpu-002", StateDrained))
+	testwait.Until(t, 5*time.Second, "drained", stateIs(t, s, "gpu-002", StateDrained))
 	if r := nodeOf(t, s, "gpu-002").StateReason; !strings.HasPrefix(r, "drain policy through slurm: ") {
 		t.Errorf("reason %q", r)
 	}
@@ -109,7 +110,7 @@ func TestDrainPolicySchedulerResume(t *testing.T) {
 	sched.Set("gpu-002", drain.Status{}) // scontrol update state=resume
 	a.sendResult(result("gpu-002", false))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "back in service", stateIs(t, s, "gpu-002", StateHealthy))
+	testwait.Until(t, 5*time.Second, "back in service", stateIs(t, s, "gpu-002", StateHealthy))
 	if !hasEvent(eventsOf(t, s, "gpu-002"), "returned to service through slurm") {
 		t.Errorf("events %q", eventsOf(t, s, "gpu-002"))
 	}
@@ -123,12 +124,13 @@ func TestDrainPolicyBehindBreaker(t *testing.T) {
 	a2 := mustConnect(t, s, "gpu-002")
 	a1.sendResult(result("gpu-001", true))
 	a1.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "first drained", stateIs(t, s, "gpu-001", StateDrained))
+	testwait.Until(t, 5*time.Second, "first drained", stateIs(t, s, "gpu-001", StateDrained))
 	a2.sendResult(result("gpu-002", true))
 	a2.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "refusal audited", func() bool {
+	testwait.Until(t, 5*time.Second, "refusal audited", func() bool {
 		return hasEvent(eventsOf(t, s, "gpu-002"), "audit: drain refused: gpu.ecc")
 	})
+
 	if n := nodeOf(t, s, "gpu-002"); n.State != StateFailed {
 		t.Errorf("second node %s (%s), want failed and in service", n.State, n.StateReason)
 	}
@@ -144,7 +146,7 @@ func TestDrainPolicyOffByDefault(t *testing.T) {
 	a := mustConnect(t, s, "gpu-001")
 	a.sendResult(result("gpu-001", true))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "failed", stateIs(t, s, "gpu-001", StateFailed))
+	testwait.Until(t, 5*time.Second, "failed", stateIs(t, s, "gpu-001", StateFailed))
 	if len(rec.Snapshot()) != 0 {
 		t.Errorf("no policy, yet drained: %v", rec.Snapshot())
 	}
@@ -221,8 +223,8 @@ func TestDrainPolicyLeavesForeignDrains(t *testing.T) {
 	foreign := func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.foreign["gpu-005"] }
 	a.sendResult(result("gpu-005", true))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "the foreign drain noticed", foreign)
-	eventually(t, 5*time.Second, "back to failed", stateIs(t, s, "gpu-005", StateFailed))
+	testwait.Until(t, 5*time.Second, "the foreign drain noticed", foreign)
+	testwait.Until(t, 5*time.Second, "back to failed", stateIs(t, s, "gpu-005", StateFailed))
 
 	e := s.reg.lookup("gpu-005")
 	ctx := tctx(t)

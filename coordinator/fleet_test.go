@@ -13,6 +13,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/sim"
 	"github.com/fleetcheck/fleetcheck/store"
@@ -101,7 +102,7 @@ func startSimAgentSpec(t *testing.T, s *Server, spec sim.Spec, name string, mod 
 // waitConnected waits until every node is connected with an inventory.
 func waitConnected(t *testing.T, f campaign.Fleet, names ...string) {
 	t.Helper()
-	eventually(t, 20*time.Second, "agents connected", func() bool {
+	testwait.Until(t, 20*time.Second, "agents connected", func() bool {
 		nodes, err := f.Nodes(context.Background(), "name in ("+strings.Join(names, ",")+")")
 		if err != nil || len(nodes) != len(names) {
 			return false
@@ -202,11 +203,12 @@ func TestFleetOverRealAgents(t *testing.T) {
 			t.Errorf("healthy pair busbw %.1f, want about 469", bw)
 		}
 		// The peer's side is stored as its result under the same work.
-		eventually(t, 10*time.Second, "the peer's side", func() bool {
+		testwait.Until(t, 10*time.Second, "the peer's side", func() bool {
 			rows, err := s.Store().Results(ctx, store.ResultQuery{Node: "gpu-002", Check: "nccl.allreduce", Limit: 5})
 			return err == nil && len(rows) > 0 && strings.Contains(rows[0].Check.Reason, "measured by launcher gpu-001") &&
 				rows[0].Check.Metrics["nccl.allreduce2.busbw_gbps"] == bw
 		})
+
 		// A slow peer slows the pair.
 		if err := a2.node.AddFault(sim.SlowNode{Factor: 0.5}); err != nil {
 			t.Fatal(err)
@@ -238,10 +240,11 @@ func TestFleetOverRealAgents(t *testing.T) {
 		if a1.node.Driver() != "550.54.15" {
 			t.Fatalf("sim driver %s", a1.node.Driver())
 		}
-		eventually(t, 15*time.Second, "inventory with the new driver", func() bool {
+		testwait.Until(t, 15*time.Second, "inventory with the new driver", func() bool {
 			nodes, err := f.Nodes(ctx, "name=gpu-001")
 			return err == nil && len(nodes) == 1 && nodes[0].Inventory.DriverVersion == "550.54.15"
 		})
+
 		if ev := eventsOf(t, s, "gpu-001"); !hasEvent(ev, "audit: action: driver-upgrade on gpu-001") || !hasEvent(ev, "version=550.54.15") {
 			t.Errorf("no audit event for the action: %v", ev)
 		}
@@ -262,10 +265,11 @@ func TestFleetOverRealAgents(t *testing.T) {
 
 	t.Run("lost", func(t *testing.T) {
 		a2.stop()
-		eventually(t, 10*time.Second, "gpu-002 disconnected", func() bool {
+		testwait.Until(t, 10*time.Second, "gpu-002 disconnected", func() bool {
 			nodes, _ := f.Nodes(ctx, "name=gpu-002")
 			return len(nodes) == 1 && !nodes[0].Connected
 		})
+
 		if _, err := f.RunChecks(ctx, "gpu-002", []string{"gpu.ecc"}, opts); !errors.Is(err, campaign.ErrUnreachable) {
 			t.Errorf("stopped agent: %v", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/membership"
 	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -132,16 +133,17 @@ func TestGossipDeadIsOnlyAHint(t *testing.T) {
 	}
 	a1.sendResult(result("gpu-001", false))
 	a2.sendResult(result("gpu-002", false))
-	eventually(t, 5*time.Second, "both healthy", func() bool {
+	testwait.Until(t, 5*time.Second, "both healthy", func() bool {
 		return stateIs(t, s, "gpu-001", StateHealthy)() && stateIs(t, s, "gpu-002", StateHealthy)()
 	})
-	eventually(t, 10*time.Second, "both members alive in the coordinator's pool", func() bool {
+
+	testwait.Until(t, 10*time.Second, "both members alive in the coordinator's pool", func() bool {
 		return gossipSees(s, "gpu-001", membership.StateAlive)() && gossipSees(s, "gpu-002", membership.StateAlive)()
 	})
 
 	// Cut gpu-001's gossip; its agent stream stays up.
 	gn.faults.Partition(p1.LocalMember().Addr)
-	eventually(t, 15*time.Second, "gpu-001 unreachable from gossip", stateIs(t, s, "gpu-001", StateUnreachable))
+	testwait.Until(t, 15*time.Second, "gpu-001 unreachable from gossip", stateIs(t, s, "gpu-001", StateUnreachable))
 	n := nodeOf(t, s, "gpu-001")
 	if !strings.HasPrefix(n.StateReason, "gossip: ") || !strings.Contains(n.StateReason, "stream still connected") {
 		t.Errorf("reason = %q, want it to say gossip and that the stream is up", n.StateReason)
@@ -173,7 +175,7 @@ func TestGossipDeadIsOnlyAHint(t *testing.T) {
 
 	// Heal: the rejoin loop brings the member back, and the hint clears.
 	gn.faults.Heal()
-	eventually(t, 15*time.Second, "gpu-001 healthy again after heal", stateIs(t, s, "gpu-001", StateHealthy))
+	testwait.Until(t, 15*time.Second, "gpu-001 healthy again after heal", stateIs(t, s, "gpu-001", StateHealthy))
 	evs := eventsOf(t, s, "gpu-001")
 	if !hasEvent(evs, "gossip: member stopped answering probes") || !hasEvent(evs, "answers probes again") {
 		t.Errorf("events do not tell the gossip story: %q", evs)
@@ -183,8 +185,8 @@ func TestGossipDeadIsOnlyAHint(t *testing.T) {
 	if err := p2.Leave(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "gpu-002 left", gossipSees(s, "gpu-002", membership.StateLeft))
-	eventually(t, 5*time.Second, "leave event", func() bool { return hasEvent(eventsOf(t, s, "gpu-002"), "left the gossip pool") })
+	testwait.Until(t, 10*time.Second, "gpu-002 left", gossipSees(s, "gpu-002", membership.StateLeft))
+	testwait.Until(t, 5*time.Second, "leave event", func() bool { return hasEvent(eventsOf(t, s, "gpu-002"), "left the gossip pool") })
 	if st := nodeOf(t, s, "gpu-002").State; st != StateHealthy {
 		t.Errorf("gpu-002 after a clean gossip leave = %s, want healthy (the stream decides)", st)
 	}
@@ -196,10 +198,10 @@ func TestGossipDeadDoesNotHideAFailure(t *testing.T) {
 	p1 := gossipAgent(t, gn, s, "gpu-001", nil)
 	a1 := mustConnect(t, s, "gpu-001", withGossip(p1.LocalMember().Addr))
 	a1.sendResult(result("gpu-001", true))
-	eventually(t, 5*time.Second, "failed", stateIs(t, s, "gpu-001", StateFailed))
-	eventually(t, 10*time.Second, "member alive", gossipSees(s, "gpu-001", membership.StateAlive))
+	testwait.Until(t, 5*time.Second, "failed", stateIs(t, s, "gpu-001", StateFailed))
+	testwait.Until(t, 10*time.Second, "member alive", gossipSees(s, "gpu-001", membership.StateAlive))
 	gn.faults.Partition(p1.LocalMember().Addr)
-	eventually(t, 15*time.Second, "member dead", gossipSees(s, "gpu-001", membership.StateDead))
+	testwait.Until(t, 15*time.Second, "member dead", gossipSees(s, "gpu-001", membership.StateDead))
 	time.Sleep(100 * time.Millisecond) // the event queue runs after the state change
 	if st := nodeOf(t, s, "gpu-001").State; st != StateFailed {
 		t.Errorf("a failed node gossip reports dead = %s, want failed (results are the stronger evidence)", st)
@@ -256,7 +258,7 @@ func TestGossipKeyRotationKeepsMembers(t *testing.T) {
 		go keyAgent(a, p, stop)
 	}
 	allAlive := func() bool { return s.GossipPool().NumAlive() == len(names)+1 }
-	eventually(t, 10*time.Second, "pool formed", allAlive)
+	testwait.Until(t, 10*time.Second, "pool formed", allAlive)
 
 	op := operatorWith(t, s, ca.creds(pki.KindAdmin, "alice"))
 	ctx := context.Background()

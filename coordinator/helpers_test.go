@@ -272,18 +272,6 @@ func result(node string, eccFail bool) *pb.Result {
 		Checks: []*pb.CheckResult{ecc, {Name: "ib.ports", Status: "pass"}}}
 }
 
-// eventually polls cond until it holds.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func nodeOf(t testing.TB, s *Server, name string) store.Node {
 	t.Helper()
 	n, err := s.Store().Node(context.Background(), name)

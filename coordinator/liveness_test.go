@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc/codes"
 )
@@ -127,7 +128,7 @@ func TestPausedCoordinatorKeepsStreams(t *testing.T) {
 		t.Helper()
 		talker.heartbeat()
 		sess := sessionOf(t, s, "talker")
-		eventually(t, 5*time.Second, "the talker's heartbeat read", func() bool { return sess.lastRecv().Equal(clk.now()) })
+		testwait.Until(t, 5*time.Second, "the talker's heartbeat read", func() bool { return sess.lastRecv().Equal(clk.now()) })
 	}
 	clk.add(iv)
 	speak()

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/store"
@@ -136,7 +137,7 @@ func TestTLSRefusalsLoggedAndCounted(t *testing.T) {
 		pki.HandshakeUnknownCA:     "not signed by a trusted CA",
 		pki.HandshakeNoCertificate: "client sent no certificate",
 	}
-	eventually(t, 10*time.Second, "every refusal counted", func() bool {
+	testwait.Until(t, 10*time.Second, "every refusal counted", func() bool {
 		got := s.Stats().TLSHandshakeFailures
 		for r := range want {
 			if got[string(r)] == 0 {
@@ -145,8 +146,9 @@ func TestTLSRefusalsLoggedAndCounted(t *testing.T) {
 		}
 		return true
 	})
+
 	for r, words := range want {
-		eventually(t, 10*time.Second, "a warn line for "+string(r), func() bool {
+		testwait.Until(t, 10*time.Second, "a warn line for "+string(r), func() bool {
 			for _, line := range strings.Split(logs.text(), "\n") {
 				if strings.Contains(line, `"reason":"`+string(r)+`"`) && strings.Contains(line, words) &&
 					strings.Contains(line, `"peer":"127.0.0.1:`) && strings.Contains(line, `"level":"warn"`) {
@@ -167,13 +169,13 @@ func TestGoodbyeLeaves(t *testing.T) {
 	a := mustConnect(t, s, "gpu-001")
 	a.sendResult(result("gpu-001", false))
 	a.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
+	testwait.Until(t, 5*time.Second, "healthy", stateIs(t, s, "gpu-001", StateHealthy))
 
 	a.send(&pb.AgentMessage{Msg: &pb.AgentMessage_Goodbye{Goodbye: &pb.Goodbye{Reason: "agent stopping"}}})
 	if err := a.stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "left", stateIs(t, s, "gpu-001", StateLeft))
+	testwait.Until(t, 5*time.Second, "left", stateIs(t, s, "gpu-001", StateLeft))
 	if n := nodeOf(t, s, "gpu-001"); n.Connected || n.StateReason != "agent stopped: agent stopping" {
 		t.Fatalf("after goodbye: connected=%v reason=%q", n.Connected, n.StateReason)
 	}
@@ -184,5 +186,5 @@ func TestGoodbyeLeaves(t *testing.T) {
 	b := mustConnect(t, s, "gpu-001")
 	b.sendResult(result("gpu-001", false))
 	b.ack(5 * time.Second)
-	eventually(t, 5*time.Second, "healthy again", stateIs(t, s, "gpu-001", StateHealthy))
+	testwait.Until(t, 5*time.Second, "healthy again", stateIs(t, s, "gpu-001", StateHealthy))
 }

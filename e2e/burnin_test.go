@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 type burninStatus struct {
@@ -65,19 +67,15 @@ func (f *fleet) burninReport(id string) (burninReport, bool) {
 func (f *fleet) waitBurnin(id string, within time.Duration, what string, done func(burninReport) bool) burninReport {
 	f.t.Helper()
 	var last burninReport
-	deadline := time.Now().Add(within)
-	for {
-		if r, ok := f.burninReport(id); ok {
-			last = r
-			if done(r) {
-				return r
-			}
+	testwait.ForEvery(f.t, within, 200*time.Millisecond, what, func() (bool, string) {
+		r, ok := f.burninReport(id)
+		if !ok {
+			return false, last.summary()
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out after %s waiting for %s; last seen %s", within, what, last.summary())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		last = r
+		return done(r), last.summary()
+	})
+	return last
 }
 
 // running returns a node with a step running, "" when none is.

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 type checkOut struct {
@@ -38,7 +40,7 @@ func TestCheck(t *testing.T) {
 
 	// The coordinator killed while every node runs nccl.allreduce.
 	bg := f.background("check", "", "--checks", all, "--timeout", "1m", "-o", "json")
-	eventually(t, 20*time.Second, "every agent running the requested checks", func() bool {
+	testwait.Until(t, 20*time.Second, "every agent running the requested checks", func() bool {
 		for _, a := range f.agents {
 			if len(a.logLines("running requested checks")) == 0 {
 				return false
@@ -46,6 +48,7 @@ func TestCheck(t *testing.T) {
 		}
 		return true
 	})
+
 	f.killCoordinator("while every node runs nccl.allreduce")
 	out, errOut, code := bg.wait(t, time.Minute)
 	if code == 0 || strings.TrimSpace(errOut) == "" {
@@ -58,9 +61,10 @@ func TestCheck(t *testing.T) {
 	bg = f.background("check", "", "--checks", all, "--timeout", "30s", "-o", "json")
 	victim := f.agent("gpu-002")
 	runs := len(victim.logLines("running requested checks"))
-	eventually(t, 20*time.Second, "gpu-002 running the requested checks", func() bool {
+	testwait.Until(t, 20*time.Second, "gpu-002 running the requested checks", func() bool {
 		return len(victim.logLines("running requested checks")) > runs
 	})
+
 	f.restartAgent("gpu-002", syscall.SIGKILL, "in the middle of its requested check")
 	out, errOut, code = bg.wait(t, 2*time.Minute)
 	var res checkOut

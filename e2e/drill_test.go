@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 type drillDoc struct {
@@ -44,20 +46,15 @@ func (d drillDoc) summary() string {
 func (f *fleet) waitDrill(id string, within time.Duration, what string, done func(drillDoc) bool) drillDoc {
 	f.t.Helper()
 	var last drillDoc
-	deadline := time.Now().Add(within)
-	for {
+	testwait.ForEvery(f.t, within, 200*time.Millisecond, what, func() (bool, string) {
 		var d drillDoc
-		if tryJSON(f, &d, "drill", "status", id) {
-			last = d
-			if done(d) {
-				return d
-			}
+		if !tryJSON(f, &d, "drill", "status", id) {
+			return false, last.summary()
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out after %s waiting for %s; last seen %s", within, what, last.summary())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		last = d
+		return done(d), last.summary()
+	})
+	return last
 }
 
 // TestDrill: a drill takes an IB port of the opted-in node down through
@@ -103,10 +100,11 @@ who: oncall@example.com
 	f.waitDrill(id, time.Minute, "the fault detected", func(d drillDoc) bool {
 		return d.State != "running" || len(d.Targets) == 1 && d.Targets[0].State == "awaiting_out_of_service"
 	})
-	eventually(t, 30*time.Second, "gpu-002's simulated port down", func() bool {
+	testwait.Until(t, 30*time.Second, "gpu-002's simulated port down", func() bool {
 		st := target.simState(t)
 		return len(st.Faults) == 1 && st.Faults[0].Kind == "ib_port_down" && st.Faults[0].HCA == "mlx5_4"
 	})
+
 	if !testing.Short() {
 		f.killCoordinator("while the drill watches the injected fault")
 	}

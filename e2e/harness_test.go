@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 // The binary and the PKI every test shares, made once in TestMain.
@@ -71,20 +73,6 @@ func run(m *testing.M) int {
 }
 
 func nodeName(i int) string { return fmt.Sprintf("gpu-%03d", i) }
-
-// eventually polls cond until it holds, failing the test after within:
-// the same wait the in-process fleet tests use (fleettest), never a sleep
-// followed by an assertion.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // freePort asks the OS for a free loopback port. The coordinator keeps it
 // across restarts, so the agents find it again where they left it.
@@ -401,16 +389,16 @@ func write(t testing.TB, path, body string) {
 func (f *fleet) startCoordinator() {
 	f.t.Helper()
 	f.coord.start(f.t)
-	eventually(f.t, 30*time.Second, "the coordinator's /healthz", func() bool {
+	testwait.ForEvery(f.t, 30*time.Second, 100*time.Millisecond, "the coordinator's /healthz", func() (bool, string) {
 		if !f.coord.running() {
 			f.t.Fatalf("coordinator exited:\n%s", f.coord.tail(20))
 		}
 		resp, err := http.Get(f.health)
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 }
 
@@ -533,17 +521,17 @@ func (f *fleet) nodes() []nodeRow {
 // initializing (a full result is in).
 func (f *fleet) waitConnected(within time.Duration, what string) {
 	f.t.Helper()
-	eventually(f.t, within, what, func() bool {
+	testwait.ForEvery(f.t, within, 100*time.Millisecond, what, func() (bool, string) {
 		ns := f.nodes()
 		if len(ns) != len(f.agents) {
-			return false
+			return false, fmt.Sprintf("%d of %d nodes listed", len(ns), len(f.agents))
 		}
 		for _, n := range ns {
 			if !n.Connected || n.State == "" || n.State == "initializing" || n.DriverVersion == "" {
-				return false
+				return false, fmt.Sprintf("%+v", n)
 			}
 		}
-		return true
+		return true, ""
 	})
 }
 

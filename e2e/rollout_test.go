@@ -3,10 +3,13 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 const (
@@ -67,20 +70,15 @@ func (d rolloutDoc) summary() string {
 func (f *fleet) waitRollout(id string, within time.Duration, what string, done func(rolloutDoc) bool) rolloutDoc {
 	f.t.Helper()
 	var last rolloutDoc
-	deadline := time.Now().Add(within)
-	for {
+	testwait.ForEvery(f.t, within, 200*time.Millisecond, what, func() (bool, string) {
 		var d rolloutDoc
-		if tryJSON(f, &d, "rollout", "status", id) {
-			last = d
-			if done(d) {
-				return d
-			}
+		if !tryJSON(f, &d, "rollout", "status", id) {
+			return false, fmt.Sprintf("%s (halt %q)", last.summary(), last.HaltReason)
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out after %s waiting for %s; last seen %s (halt %q)", within, what, last.summary(), last.HaltReason)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		last = d
+		return done(d), fmt.Sprintf("%s (halt %q)", last.summary(), last.HaltReason)
+	})
+	return last
 }
 
 // TestRollout: a canary and two waves to a new driver, then a rollback of

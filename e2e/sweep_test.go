@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 type sweepReport struct {
@@ -38,20 +40,15 @@ func (r sweepReport) summary() string {
 func (f *fleet) waitSweep(id string, within time.Duration, what string, done func(sweepReport) bool) sweepReport {
 	f.t.Helper()
 	var last sweepReport
-	deadline := time.Now().Add(within)
-	for {
+	testwait.ForEvery(f.t, within, 200*time.Millisecond, what, func() (bool, string) {
 		var r sweepReport
-		if tryJSON(f, &r, "sweep", "report", id) {
-			last = r
-			if done(r) {
-				return r
-			}
+		if !tryJSON(f, &r, "sweep", "report", id) {
+			return false, last.summary()
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out after %s waiting for %s; last seen %s", within, what, last.summary())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		last = r
+		return done(r), last.summary()
+	})
+	return last
 }
 
 // TestSweep: a slow-node sweep over four simulated nodes, one of them
@@ -76,9 +73,10 @@ func TestSweep(t *testing.T) {
 	spec := f.specFile("sweep.yaml", "selector: sku=h100\ntest_timeout: 45s\nnote: e2e\n")
 	id := startedID(t, "sweep", f.ok("sweep", "start", "-f", spec))
 	if !testing.Short() {
-		eventually(t, time.Minute, "gpu-001 running its part of the sweep", func() bool {
+		testwait.Until(t, time.Minute, "gpu-001 running its part of the sweep", func() bool {
 			return len(victim.logLines("running requested checks")) > runs
 		})
+
 		f.restartAgent("gpu-001", syscall.SIGKILL, "while it runs its sweep all_reduce")
 		f.waitSweep(id, time.Minute, "the sweep testing", func(r sweepReport) bool {
 			return r.State != "running" || r.Progress != nil && r.Progress.Phase != ""

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
 	"github.com/fleetcheck/fleetcheck/sim"
@@ -76,7 +77,7 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, waitLong, "a result acknowledged to every agent", func() bool {
+	testwait.Until(t, waitLong, "a result acknowledged to every agent", func() bool {
 		for _, x := range nodes {
 			if x.tap.ackCount() == 0 {
 				return false
@@ -86,7 +87,7 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 	})
 
 	f.stopCoordinator(true)
-	eventually(t, waitLong, "two results spooled on every agent while the coordinator is down", func() bool {
+	testwait.Until(t, waitLong, "two results spooled on every agent while the coordinator is down", func() bool {
 		for _, x := range nodes {
 			if _, sp, _ := x.m.read(); sp < 2 {
 				return false
@@ -94,13 +95,14 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 		}
 		return true
 	})
+
 	before := acked()
 	f.startCoordinator()
-	eventually(t, waitLong, "the backlog being acknowledged", func() bool { return acked() > before })
+	testwait.Until(t, waitLong, "the backlog being acknowledged", func() bool { return acked() > before })
 	f.stopCoordinator(true) // mid-flush
 	f.startCoordinator()
 
-	eventually(t, waitLong, "every spool drained after the second restart", func() bool {
+	testwait.Until(t, waitLong, "every spool drained after the second restart", func() bool {
 		for _, x := range nodes {
 			if _, sp, up := x.m.read(); sp != 0 || !up {
 				return false
@@ -108,6 +110,7 @@ func TestCoordinatorKilledMidRun(t *testing.T) {
 		}
 		return true
 	})
+
 	for _, x := range nodes {
 		x.stop()
 	}
@@ -143,12 +146,12 @@ func TestAgentKilledUnreachableThenBack(t *testing.T) {
 	want := map[*node]string{sick: "failed", well: "healthy"}
 	for x, state := range want {
 		x.start()
-		eventually(t, waitLong, x.name+" "+state, stateIs(f.store, x.name, state))
+		testwait.Until(t, waitLong, x.name+" "+state, stateIs(f.store, x.name, state))
 	}
 
 	for x, state := range want {
 		x.kill()
-		eventually(t, waitLong, x.name+" unreachable", stateIs(f.store, x.name, "unreachable"))
+		testwait.Until(t, waitLong, x.name+" unreachable", stateIs(f.store, x.name, "unreachable"))
 		n := stateOf(t, f.store(), x.name)
 		if n.Connected {
 			t.Errorf("%s: unreachable but still marked connected", x.name)
@@ -160,7 +163,7 @@ func TestAgentKilledUnreachableThenBack(t *testing.T) {
 
 	for x, state := range want {
 		x.start()
-		eventually(t, waitLong, x.name+" back to "+state, stateIs(f.store, x.name, state))
+		testwait.Until(t, waitLong, x.name+" back to "+state, stateIs(f.store, x.name, state))
 		// The state comes back from the stored results at reconnect, not
 		// from a fresh pass: the event says so.
 		if evs := events(t, f.store(), x.name); !hasEvent(evs, "state_change: unreachable -> "+state, "agent reconnected") {
@@ -190,24 +193,26 @@ func TestConnectionCutKeepsResults(t *testing.T) {
 	f := newFleet(t)
 	x := f.newNode("gpu-c1", nil)
 	x.start()
-	eventually(t, waitLong, "a first result acknowledged", func() bool { return x.tap.ackCount() > 0 })
+	testwait.Until(t, waitLong, "a first result acknowledged", func() bool { return x.tap.ackCount() > 0 })
 
 	cutAt := time.Now()
 	x.gate.sever()
-	eventually(t, waitLong, "node unreachable while cut", stateIs(f.store, x.name, "unreachable"))
+	testwait.Until(t, waitLong, "node unreachable while cut", stateIs(f.store, x.name, "unreachable"))
 	p0, _, _ := x.m.read()
-	eventually(t, waitLong, "two more passes spooled while cut", func() bool {
+	testwait.Until(t, waitLong, "two more passes spooled while cut", func() bool {
 		p, sp, up := x.m.read()
 		return p >= p0+2 && sp >= 2 && !up
 	})
+
 	healAt := time.Now()
 	x.gate.heal()
 
-	eventually(t, waitLong, "spool drained after the cut", func() bool {
+	testwait.Until(t, waitLong, "spool drained after the cut", func() bool {
 		_, sp, up := x.m.read()
 		return sp == 0 && up
 	})
-	eventually(t, waitLong, "node healthy again", stateIs(f.store, x.name, "healthy"))
+
+	testwait.Until(t, waitLong, "node healthy again", stateIs(f.store, x.name, "healthy"))
 	x.stop()
 
 	rows := auditNode(t, f.store(), x, len(passiveChecks(t)))
@@ -365,11 +370,12 @@ func TestAgentRestartBeforeAcksStoresOnce(t *testing.T) {
 	x.tap.dropAcks.Store(true) // the coordinator stores and acks; the acks are lost
 	x.tap.forgetKnown.Store(true)
 	x.start()
-	eventually(t, waitLong, "two results sent, their acks lost", func() bool {
+	testwait.Until(t, waitLong, "two results sent, their acks lost", func() bool {
 		return len(x.tap.sentIDs()) >= 2
 	})
+
 	sent := x.tap.sentIDs()
-	eventually(t, waitLong, "the sent results stored", func() bool {
+	testwait.Until(t, waitLong, "the sent results stored", func() bool {
 		rows := checkRows(t, f.store(), x.name)
 		for id := range sent {
 			if rows[id] == 0 {
@@ -378,6 +384,7 @@ func TestAgentRestartBeforeAcksStoresOnce(t *testing.T) {
 		}
 		return true
 	})
+
 	x.stop()
 	spooled := x.spooled()
 	for id := range sent {
@@ -388,10 +395,11 @@ func TestAgentRestartBeforeAcksStoresOnce(t *testing.T) {
 
 	x.tap.dropAcks.Store(false)
 	x.start()
-	eventually(t, waitLong, "spool drained after the restart", func() bool {
+	testwait.Until(t, waitLong, "spool drained after the restart", func() bool {
 		_, sp, up := x.m.read()
 		return sp == 0 && up
 	})
+
 	x.stop()
 	auditNode(t, f.store(), x, len(passiveChecks(t)))
 	again := x.tap.sentIDs()
@@ -432,7 +440,7 @@ func TestFleetWideRunCheck(t *testing.T) {
 	op := f.operator()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
-	eventually(t, waitLong, "16 nodes connected, each with a first result", func() bool {
+	testwait.Until(t, waitLong, "16 nodes connected, each with a first result", func() bool {
 		resp, err := op.ListNodes(ctx, &pb.ListNodesRequest{})
 		if err != nil || len(resp.GetNodes()) != 16 {
 			return false

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/membership"
 	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -218,9 +219,9 @@ func gossipFleetUp(t *testing.T, f *fleet, nodes []*node) {
 		n.start()
 	}
 	for _, n := range nodes {
-		eventually(t, waitLong, n.name+" healthy", stateIs(f.store, n.name, coordinator.StateHealthy))
+		testwait.Until(t, waitLong, n.name+" healthy", stateIs(f.store, n.name, coordinator.StateHealthy))
 	}
-	eventually(t, waitLong, "every agent an alive member of the coordinator's pool", f.allAlive(nodes))
+	testwait.Until(t, waitLong, "every agent an alive member of the coordinator's pool", f.allAlive(nodes))
 	f.checkLoopback()
 }
 
@@ -273,7 +274,7 @@ func TestGossipPartitionIsOnlyAHint(t *testing.T) {
 
 	cut := time.Now()
 	faults.Partition(m.Addr)
-	eventually(t, detectWithin, victim.name+" unreachable from gossip", gossipUnreachable(f, victim.name))
+	testwait.Until(t, detectWithin, victim.name+" unreachable from gossip", gossipUnreachable(f, victim.name))
 	t.Logf("%s unreachable %s after its gossip was cut", victim.name, time.Since(cut).Round(time.Millisecond))
 
 	n := stateOf(t, f.store(), victim.name)
@@ -297,7 +298,7 @@ func TestGossipPartitionIsOnlyAHint(t *testing.T) {
 	// Results keep being stored while cut, and a passing one does not
 	// clear the hint: only the member answering again does.
 	acked := victim.tap.ackCount()
-	eventually(t, waitLong, "two more results acknowledged while cut", func() bool { return victim.tap.ackCount() >= acked+2 })
+	testwait.Until(t, waitLong, "two more results acknowledged while cut", func() bool { return victim.tap.ackCount() >= acked+2 })
 	if n := stateOf(t, f.store(), victim.name); n.State != coordinator.StateUnreachable {
 		t.Errorf("after passing results while cut: %s (%s), want unreachable", n.State, n.StateReason)
 	}
@@ -315,8 +316,8 @@ func TestGossipPartitionIsOnlyAHint(t *testing.T) {
 
 	healed := time.Now()
 	faults.Heal()
-	eventually(t, detectWithin, victim.name+" healthy again after the heal", stateIs(f.store, victim.name, coordinator.StateHealthy))
-	eventually(t, detectWithin, victim.name+" alive in the pool again", f.gossipSees(victim.name, membership.StateAlive))
+	testwait.Until(t, detectWithin, victim.name+" healthy again after the heal", stateIs(f.store, victim.name, coordinator.StateHealthy))
+	testwait.Until(t, detectWithin, victim.name+" alive in the pool again", f.gossipSees(victim.name, membership.StateAlive))
 	t.Logf("%s healthy %s after the heal", victim.name, time.Since(healed).Round(time.Millisecond))
 
 	evs := events(t, f.store(), victim.name)
@@ -352,7 +353,7 @@ func TestGossipLongPartitionHealsByRejoin(t *testing.T) {
 	m, _ := f.pool().Member(victim.name)
 
 	faults.Partition(m.Addr)
-	eventually(t, detectWithin, victim.name+" unreachable from gossip", gossipUnreachable(f, victim.name))
+	testwait.Until(t, detectWithin, victim.name+" unreachable from gossip", gossipUnreachable(f, victim.name))
 	// Past GossipToTheDeadTime (2 s) after the death: memberlist alone no
 	// longer contacts the other side.
 	hold := time.Now().Add(2500 * time.Millisecond)
@@ -365,8 +366,8 @@ func TestGossipLongPartitionHealsByRejoin(t *testing.T) {
 
 	healed := time.Now()
 	faults.Heal()
-	eventually(t, detectWithin, victim.name+" alive in the pool after a long partition", f.gossipSees(victim.name, membership.StateAlive))
-	eventually(t, detectWithin, victim.name+" healthy after a long partition", stateIs(f.store, victim.name, coordinator.StateHealthy))
+	testwait.Until(t, detectWithin, victim.name+" alive in the pool after a long partition", f.gossipSees(victim.name, membership.StateAlive))
+	testwait.Until(t, detectWithin, victim.name+" healthy after a long partition", stateIs(f.store, victim.name, coordinator.StateHealthy))
 	t.Logf("%s rejoined and healthy %s after the heal", victim.name, time.Since(healed).Round(time.Millisecond))
 	if n := stateOf(t, f.store(), nodes[1].name); n.State != coordinator.StateHealthy {
 		t.Errorf("%s = %s, want healthy", nodes[1].name, n.State)
@@ -388,19 +389,21 @@ func TestGossipCleanStopIsLeft(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { gone.stop(); close(stopped) }()
 	sawDead := false
-	eventually(t, detectWithin, gone.name+" left the pool", func() bool {
+	testwait.Until(t, detectWithin, gone.name+" left the pool", func() bool {
 		sawDead = sawDead || f.gossipSees(gone.name, membership.StateDead)()
 		return f.gossipSees(gone.name, membership.StateLeft)()
 	})
+
 	<-stopped
 	if sawDead {
 		t.Errorf("%s was seen dead before it left: the leave was not announced", gone.name)
 	}
-	eventually(t, 5*time.Second, "the leave event", func() bool {
+	testwait.Until(t, 5*time.Second, "the leave event", func() bool {
 		return hasEvent(events(t, f.store(), gone.name), "connection: left the gossip pool")
 	})
+
 	// Its agent said goodbye on the stream: left, not unreachable.
-	eventually(t, waitLong, gone.name+" left from the stream's end", stateIs(f.store, gone.name, coordinator.StateLeft))
+	testwait.Until(t, waitLong, gone.name+" left from the stream's end", stateIs(f.store, gone.name, coordinator.StateLeft))
 	// Longer than the suspicion timeout: a left member stays left.
 	time.Sleep(2 * time.Second)
 	if !f.gossipSees(gone.name, membership.StateLeft)() {
@@ -441,11 +444,11 @@ func TestGossipCoordinatorRestart(t *testing.T) {
 			if (after == before) != pin {
 				t.Fatalf("coordinator gossip address %s before the restart, %s after (pinned: %v)", before, after, pin)
 			}
-			eventually(t, waitLong, "every agent alive in the restarted coordinator's pool", f.allAlive(nodes))
+			testwait.Until(t, waitLong, "every agent alive in the restarted coordinator's pool", f.allAlive(nodes))
 			t.Logf("all %d agents alive in the new pool %s after the restart", len(nodes), time.Since(restarted).Round(time.Millisecond))
 			f.checkLoopback()
 			for _, n := range nodes {
-				eventually(t, waitLong, n.name+" healthy and connected", func() bool {
+				testwait.Until(t, waitLong, n.name+" healthy and connected", func() bool {
 					s := stateOf(t, f.store(), n.name)
 					return s.State == coordinator.StateHealthy && s.Connected
 				})
@@ -611,9 +614,9 @@ func TestGossipKeyRotationOverMTLS(t *testing.T) {
 	// Restarted, an agent starts from the saved keyring and is back.
 	r := nodes[0]
 	r.stop()
-	eventually(t, detectWithin, r.name+" left", f.gossipSees(r.name, membership.StateLeft))
+	testwait.Until(t, detectWithin, r.name+" left", f.gossipSees(r.name, membership.StateLeft))
 	r.start()
-	eventually(t, waitLong, r.name+" alive again after a restart with the rotated keyring", f.allAlive(nodes))
+	testwait.Until(t, waitLong, r.name+" alive again after a restart with the rotated keyring", f.allAlive(nodes))
 }
 
 func fingerprintsOf(keys [][]byte) []string {

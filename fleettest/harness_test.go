@@ -574,18 +574,6 @@ var _ agent.Metrics = (*meter)(nil)
 
 // ---------------------------------------------------------------- checks on the store
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // checkRows counts the stored check rows of each of a node's results.
 func checkRows(t testing.TB, st *store.Store, node string) map[string]int {
 	t.Helper()

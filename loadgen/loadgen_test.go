@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 func fixture(t *testing.T) *Fixture {
@@ -73,7 +74,7 @@ func TestFleetAgainstCoordinator(t *testing.T) {
 			t.Errorf("%s: outcome %v, want %s with a result", o.GetNode(), o, fx.Status())
 		}
 	}
-	waitFor(t, "work results acked at the agents", func() bool {
+	testwait.Until(t, 20*time.Second, "work results acked at the agents", func() bool {
 		got, _ := fleet.WorkAcked(run.Final.GetWorkId())
 		return got == n
 	})
@@ -100,17 +101,6 @@ func TestFleetAgainstCoordinator(t *testing.T) {
 	c := fleet.Counters()
 	if c.Refused != 0 || c.Sent != c.Acked+c.Duplicates {
 		t.Errorf("counters %+v: every result sent must be acked", c)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

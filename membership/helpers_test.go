@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )
@@ -95,17 +96,6 @@ func (r *recorder) count(kind string) int {
 	return n
 }
 
-func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: "+format, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // mockCluster is n members on a memberlist.MockNetwork behind one
 // FaultNetwork. Nothing is joined yet.
 type mockCluster struct {
@@ -175,8 +165,9 @@ func (mc *mockCluster) waitAlive(t *testing.T, idx ...int) {
 	}
 	for _, i := range idx {
 		p := mc.pools[i]
-		eventually(t, 10*time.Second, func() bool { return stateIs(p, StateAlive, names...) },
-			"%s does not hold all of %v alive: %+v", nodeName(i), names, p.Members())
+		testwait.For(t, 10*time.Second, fmt.Sprintf("%s holding all of %v alive", nodeName(i), names), func() (bool, string) {
+			return stateIs(p, StateAlive, names...), fmt.Sprintf("%+v", p.Members())
+		})
 	}
 }
 

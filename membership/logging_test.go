@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/hashicorp/memberlist"
 	"github.com/rs/zerolog"
 )
@@ -150,9 +151,9 @@ func TestPoolSendsMemberlistLogsThroughZerolog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// memberlist logs each push/pull at debug.
-	eventually(t, 5*time.Second, func() bool {
-		return strings.Contains(out.String(), `"level":"debug","subsystem":"memberlist"`)
-	}, "no memberlist debug line in: %s", out.String())
+	testwait.For(t, 5*time.Second, "a memberlist debug line", func() (bool, string) {
+		return strings.Contains(out.String(), `"level":"debug","subsystem":"memberlist"`), out.String()
+	})
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if strings.Contains(line, "[DEBUG]") || strings.Contains(line, "[INFO]") || strings.Contains(line, "[WARN]") || strings.Contains(line, "[ERR]") {
 			t.Fatalf("level tag left in the message: %s", line)

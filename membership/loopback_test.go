@@ -1,12 +1,14 @@
 package membership
 
 import (
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -44,8 +46,9 @@ func TestLoopbackJoinAndKill(t *testing.T) {
 		}
 	}
 	for i, p := range pools {
-		eventually(t, 10*time.Second, func() bool { return stateIs(p, StateAlive, "n0", "n1", "n2") },
-			"%s: %+v", nodeName(i), p.Members())
+		testwait.For(t, 10*time.Second, nodeName(i)+" holding n0, n1, n2 alive", func() (bool, string) {
+			return stateIs(p, StateAlive, "n0", "n1", "n2"), fmt.Sprintf("%+v", p.Members())
+		})
 		for _, m := range p.Members() {
 			assertLoopback(t, nodeName(i), m)
 		}
@@ -57,10 +60,10 @@ func TestLoopbackJoinAndKill(t *testing.T) {
 	}
 	for i := range 2 {
 		rec := recs[i]
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, nodeName(i)+" told n2 died", func() bool {
 			e, ok := rec.find("left", "n2")
 			return ok && e.member.State == StateDead
-		}, "%s was not told n2 died", nodeName(i))
+		})
 		e, _ := rec.find("left", "n2")
 		t.Logf("%s: n2 dead after %s", nodeName(i), e.at.Sub(killed).Round(time.Millisecond))
 	}
@@ -100,18 +103,21 @@ func TestLoopbackPartitionHeals(t *testing.T) {
 	}
 	all := []string{"n0", "n1", "n2"}
 	for i, p := range pools {
-		eventually(t, 10*time.Second, func() bool { return stateIs(p, StateAlive, all...) },
-			"%s: %+v", nodeName(i), p.Members())
+		testwait.For(t, 10*time.Second, nodeName(i)+" holding every member alive", func() (bool, string) {
+			return stateIs(p, StateAlive, all...), fmt.Sprintf("%+v", p.Members())
+		})
 	}
 
 	faults.Partition(pools[2].LocalMember().Addr)
-	eventually(t, 10*time.Second, func() bool {
-		return stateIs(pools[0], StateDead, "n2") && stateIs(pools[2], StateDead, "n0", "n1")
-	}, "partition not detected: n0 %+v, n2 %+v", pools[0].Members(), pools[2].Members())
+	testwait.For(t, 10*time.Second, "the partition detected on both sides", func() (bool, string) {
+		return stateIs(pools[0], StateDead, "n2") && stateIs(pools[2], StateDead, "n0", "n1"),
+			fmt.Sprintf("n0 %+v, n2 %+v", pools[0].Members(), pools[2].Members())
+	})
 
 	faults.Heal()
 	for i, p := range pools {
-		eventually(t, 10*time.Second, func() bool { return stateIs(p, StateAlive, all...) },
-			"%s after heal: %+v", nodeName(i), p.Members())
+		testwait.For(t, 10*time.Second, nodeName(i)+" holding every member alive after the heal", func() (bool, string) {
+			return stateIs(p, StateAlive, all...), fmt.Sprintf("%+v", p.Members())
+		})
 	}
 }

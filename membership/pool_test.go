@@ -2,11 +2,14 @@ package membership
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 func TestJoinAndMetaPropagation(t *testing.T) {
@@ -54,12 +57,12 @@ func TestJoinAndMetaPropagation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range mc.pools {
-		eventually(t, 5*time.Second, func() bool {
+		testwait.For(t, 5*time.Second, nodeName(i)+" seeing n3's new meta", func() (bool, string) {
 			m, _ := p.Member("n3")
-			return m.Meta.Labels["rack"] == "r9" && m.Meta.AgentVersion == "v1.1.0"
-		}, "%s did not see n3's new meta", nodeName(i))
+			return m.Meta.Labels["rack"] == "r9" && m.Meta.AgentVersion == "v1.1.0", fmt.Sprintf("%+v", m.Meta)
+		})
 		rec := mc.recs[i]
-		eventually(t, 2*time.Second, func() bool {
+		testwait.Until(t, 2*time.Second, nodeName(i)+" getting an event with n3's new meta", func() bool {
 			e, ok := rec.find("updated", "n3")
 			if !ok {
 				// A member that wrongly held n3 dead for a moment (a
@@ -67,7 +70,7 @@ func TestJoinAndMetaPropagation(t *testing.T) {
 				e, ok = rec.find("joined", "n3")
 			}
 			return ok && e.member.Meta.Labels["rack"] == "r9"
-		}, "%s got no event with n3's new meta", nodeName(i))
+		})
 	}
 
 	if err := mc.pools[3].UpdateMeta(Meta{Role: "bogus"}); !errors.Is(err, ErrInvalidMeta) {
@@ -91,10 +94,10 @@ func TestKilledMemberReportedDead(t *testing.T) {
 	}
 	for i := range 3 {
 		rec := mc.recs[i]
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Until(t, 10*time.Second, nodeName(i)+" told n3 died", func() bool {
 			e, ok := rec.find("left", "n3")
 			return ok && e.member.State == StateDead
-		}, "%s was not told n3 died", nodeName(i))
+		})
 		e, _ := rec.find("left", "n3")
 		t.Logf("%s: n3 dead after %s", nodeName(i), e.at.Sub(killed).Round(time.Millisecond))
 		if m, ok := mc.pools[i].Member("n3"); !ok || m.State != StateDead {
@@ -114,10 +117,10 @@ func TestLeaveReportedAsLeft(t *testing.T) {
 	}
 	for i := range 2 {
 		rec := mc.recs[i]
-		eventually(t, 5*time.Second, func() bool {
+		testwait.Until(t, 5*time.Second, nodeName(i)+" seeing n2 leave", func() bool {
 			e, ok := rec.find("left", "n2")
 			return ok && e.member.State == StateLeft
-		}, "%s did not see n2 leave", nodeName(i))
+		})
 	}
 }
 
@@ -146,8 +149,9 @@ func partitionScenario(t *testing.T, rejoin time.Duration, seeds bool) *mockClus
 		if i >= 2 {
 			other = []string{"n0", "n1"}
 		}
-		eventually(t, 10*time.Second, func() bool { return stateIs(p, StateDead, other...) },
-			"%s does not hold %v dead during the partition: %+v", nodeName(i), other, p.Members())
+		testwait.For(t, 10*time.Second, fmt.Sprintf("%s holding %v dead during the partition", nodeName(i), other), func() (bool, string) {
+			return stateIs(p, StateDead, other...), fmt.Sprintf("%+v", p.Members())
+		})
 	}
 	if mc.faults.Dropped() == 0 {
 		t.Fatal("the partition dropped no packets")
@@ -306,7 +310,7 @@ func TestEventsMayCallBackIntoPool(t *testing.T) {
 	self.Store(p)
 	// Trigger another event now that the callback can see the pool.
 	p.observe(eventJoined, p.ml.LocalNode())
-	eventually(t, time.Second, func() bool { return seen.Load() == 1 }, "callback did not run")
+	testwait.Until(t, time.Second, "the callback to run", func() bool { return seen.Load() == 1 })
 	if err := p.Shutdown(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,13 @@
 package membership
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/rs/zerolog"
 )
 
@@ -42,8 +44,9 @@ func TestEmptyStreamIsNoLabelError(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = c.Close()
-			eventually(t, 5*time.Second, func() bool { return strings.Contains(out.String(), tc.want) },
-				"no %q in: %s", tc.want, out.String())
+			testwait.For(t, 5*time.Second, fmt.Sprintf("%q logged", tc.want), func() (bool, string) {
+				return strings.Contains(out.String(), tc.want), out.String()
+			})
 			refused := strings.Contains(out.String(), "unacceptable label")
 			if refused != tc.refuse {
 				t.Errorf("logged as a stream with the wrong label: %v, want %v: %s", refused, tc.refuse, out.String())

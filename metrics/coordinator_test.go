@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -98,19 +100,16 @@ func TestCoordinatorExposition(t *testing.T) {
 
 	// Scraped over the coordinator's own HTTP listener.
 	var fams map[string]*dto.MetricFamily
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.For(t, 5*time.Second, "one failed node on /metrics", func() (bool, string) {
 		resp, err := http.Get("http://" + srv.HTTPAddr().String() + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		fams = scrape(t, Handler(reg))
-		if v, _ := value(t, fams, "fleetcheck_nodes", map[string]string{"state": "failed"}); v == 1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		v, _ := value(t, fams, "fleetcheck_nodes", map[string]string{"state": "failed"})
+		return v == 1, fmt.Sprintf("fleetcheck_nodes{state=failed} %v", v)
+	})
 	mustValue(t, fams, "fleetcheck_nodes", map[string]string{"state": "failed"}, 1)
 	mustValue(t, fams, "fleetcheck_nodes", map[string]string{"state": "healthy"}, 0)
 	mustValue(t, fams, "fleetcheck_nodes", map[string]string{"state": "unreachable"}, 0)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/rs/zerolog"
 )
 
@@ -143,13 +145,10 @@ func TestReloadRotatesClientCAs(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Run(ctx, 5*time.Millisecond) }()
 	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(5 * time.Second)
-	for dialWith(newClient) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("Run never picked up the new files")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, 5*time.Second, "Run to pick up the new files", func() (bool, string) {
+		err := dialWith(newClient)
+		return err == nil, fmt.Sprint(err)
+	})
 	if err := dialWith(oldClient); err == nil {
 		t.Fatal("old CA still let in after rotation")
 	}

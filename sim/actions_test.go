@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/probe/nccl"
 	"github.com/fleetcheck/fleetcheck/probe/nvsmi"
 	"github.com/fleetcheck/fleetcheck/probe/procfs"
@@ -129,13 +130,7 @@ func TestGPUBurnRunsHot(t *testing.T) {
 		_, err := n.RunAction(context.Background(), ActionGPUBurn, []string{"300ms"})
 		done <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for temp() <= idle+10 {
-		if time.Now().After(deadline) {
-			t.Fatal("GPUs never warmed up under gpu-burn")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Value(t, 5*time.Second, "GPUs to warm up under gpu-burn", temp, func(c float64) bool { return c > idle+10 })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/coordinator"
 	"github.com/fleetcheck/fleetcheck/drain"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/sim"
 	"github.com/fleetcheck/fleetcheck/store"
 )
@@ -306,29 +307,18 @@ func e2eJSON[T any](f *e2eFleet, args ...string) T {
 // value after within.
 func e2ePoll[T any](f *e2eFleet, within time.Duration, what string, get func() T, done func(T) bool) T {
 	f.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		v := get()
-		if done(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(v, "", "  ")
-			f.t.Fatalf("timed out after %s waiting for %s; last seen:\n%s", within, what, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var v T
+	testwait.For(f.t, within, what, func() (bool, string) {
+		v = get()
+		b, _ := json.MarshalIndent(v, "", "  ")
+		return done(v), "\n" + string(b)
+	})
+	return v
 }
 
 func (f *e2eFleet) waitFor(within time.Duration, what string, cond func() bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(f.t, within, what, cond)
 }
 
 // drainLog returns the changes campaigns made to one node ("drain REASON",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/simfleet"
 )
 
@@ -78,14 +79,10 @@ func TestCampaignVerbs(t *testing.T) {
 	if out = run("sweep", "list"); !strings.Contains(out, id) {
 		t.Fatalf("sweep list:\n%s", out)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.ForEvery(t, 20*time.Second, 20*time.Millisecond, "the sweep to finish", func() (bool, string) {
 		out = run("sweep", "report", id)
-		if !strings.Contains(out, ": running,") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return !strings.Contains(out, ": running,"), out
+	})
 	if !strings.Contains(out, "sweep "+id+": done") {
 		t.Fatalf("sweep report:\n%s", out)
 	}

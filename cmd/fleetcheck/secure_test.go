@@ -31,6 +31,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/coordinator"
 	"github.com/fleetcheck/fleetcheck/host/bundle"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/metrics"
 	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -129,17 +130,6 @@ func (l *lockedBuf) has(part string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Contains(l.b.String(), part)
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func httpGet(t *testing.T, url string) string {
@@ -250,7 +240,7 @@ tls:
 
 	agentReg := prometheus.NewRegistry()
 	stopAgent := runAgent(t, "gpu-001", addr, nodeID, agentReg)
-	waitUntil(t, "gpu-001 healthy", func() bool {
+	testwait.Until(t, 20*time.Second, "gpu-001 healthy", func() bool {
 		n, err := srv.Store().Node(ctx, "gpu-001")
 		return err == nil && n.State == coordinator.StateHealthy
 	})
@@ -365,12 +355,12 @@ tls:
 	var body string
 	for _, reason := range []string{"plaintext", "expired", "not_yet_valid", "unknown_ca", "peer_refused", "name_not_allowed"} {
 		counted := regexp.MustCompile(`fleetcheck_tls_handshake_failures_total\{reason="` + reason + `"\} [1-9]`)
-		waitUntil(t, "/metrics counting TLS refusals for "+reason, func() bool {
+		testwait.Until(t, 20*time.Second, "/metrics counting TLS refusals for "+reason, func() bool {
 			body = httpGet(t, "http://"+srv.HTTPAddr().String()+"/metrics")
 			return counted.MatchString(body)
 		})
 	}
-	waitUntil(t, "the coordinator's log line for the expired certificate", func() bool {
+	testwait.Until(t, 20*time.Second, "the coordinator's log line for the expired certificate", func() bool {
 		return logs.has("tls handshake failed: certificate expired")
 	})
 
@@ -421,10 +411,11 @@ tls:
 
 	// A cleanly stopped agent has left; it is not unreachable.
 	stopAgent()
-	waitUntil(t, "gpu-001 left", func() bool {
+	testwait.Until(t, 20*time.Second, "gpu-001 left", func() bool {
 		n, err := srv.Store().Node(ctx, "gpu-001")
 		return err == nil && n.State == coordinator.StateLeft
 	})
+
 	out, code = execute(t, append([]string{"nodes"}, op...)...)
 	if code != 0 || !regexp.MustCompile(`(?m)^gpu-001\s+left\s`).MatchString(out) {
 		t.Fatalf("nodes after the agent stopped: %d\n%s", code, out)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 // TestGuardRefusesWhileStuck models a process in D state: the first run
@@ -47,13 +49,7 @@ func TestGuardRefusesWhileStuck(t *testing.T) {
 	}
 	// The kernel finally lets the process go: the key frees up.
 	close(exited)
-	deadline := time.Now().Add(2 * time.Second)
-	for len(g.Busy()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("key still held after the process exited")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Value(t, 2*time.Second, "the key freed after the process exited", g.Busy, func(b map[string]time.Time) bool { return len(b) == 0 })
 	if r := g.Run(context.Background(), "nvidia-smi", Spec{}); r.Err != nil || calls != 3 {
 		t.Fatalf("after exit = %+v", r)
 	}

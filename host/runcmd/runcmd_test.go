@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 func sh(script string) Spec { return Spec{Path: "sh", Args: []string{"-c", script}} }
@@ -36,14 +39,12 @@ func gone(pid int) bool {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for !gone(pid) {
-		if time.Now().After(deadline) {
+	t.Cleanup(func() { // a survivor must not outlive a failed test
+		if t.Failed() && !gone(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("process %d still alive", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testwait.Until(t, 3*time.Second, fmt.Sprintf("process %d to be gone", pid), func() bool { return gone(pid) })
 }
 
 // runForPID runs a script that prints a child's pid first and outlives

@@ -14,18 +14,26 @@ import (
 // holds costs nothing extra; only a failing one takes longer to report.
 const RaceScale = raceScale
 
-// Polling starts fast (a condition that already holds costs microseconds) and
-// backs off so an expensive condition (a process, an HTTP call) is not spun on.
+// Polling starts fast and backs off to every 10 ms: the assertions after a
+// wait see the state right when it first holds. A condition that is
+// expensive (it runs a process) polls slower through ForEvery.
 const (
-	firstPoll = 2 * time.Millisecond
-	maxPoll   = 100 * time.Millisecond
+	firstPoll = 1 * time.Millisecond
+	maxPoll   = 10 * time.Millisecond
 )
 
 // For polls cond until it reports done, or fails t after timeout (×RaceScale
 // under -race) with what and the last state cond described.
 func For(t testing.TB, timeout time.Duration, what string, cond func() (done bool, state string)) {
 	t.Helper()
-	state, ok := poll(timeout*RaceScale, cond)
+	ForEvery(t, timeout, maxPoll, what, cond)
+}
+
+// ForEvery is For polling at most every interval, for a condition that costs
+// a process or a round trip each time.
+func ForEvery(t testing.TB, timeout, interval time.Duration, what string, cond func() (done bool, state string)) {
+	t.Helper()
+	state, ok := poll(timeout*RaceScale, min(firstPoll, interval), interval, cond)
 	switch {
 	case ok:
 	case state == "":
@@ -56,9 +64,9 @@ func Value[V any](t testing.TB, timeout time.Duration, what string, observe func
 // poll runs cond until it holds or the deadline passes; it reports the last
 // state and whether cond held. cond always runs at least once, and once more
 // at the deadline, so a slow scheduler never turns a success into a timeout.
-func poll(timeout time.Duration, cond func() (bool, string)) (string, bool) {
+func poll(timeout, first, most time.Duration, cond func() (bool, string)) (string, bool) {
 	deadline := time.Now().Add(timeout)
-	interval := firstPoll
+	interval := first
 	for {
 		done, state := cond()
 		if done {
@@ -69,6 +77,6 @@ func poll(timeout time.Duration, cond func() (bool, string)) (string, bool) {
 			return state, false
 		}
 		time.Sleep(min(interval, left))
-		interval = min(2*interval, maxPoll)
+		interval = min(2*interval, most)
 	}
 }
