@@ -618,7 +618,7 @@ func TestMultiNodeBackToBack(t *testing.T) {
 	c := newFakeCoord()
 	tn.serve(t, c)
 	startAgent(t, multiTestConfig(t, "gpu-001"), simAgentHost(t, "gpu-001"), tn)
-	waitFor(t, "connected", 10*time.Second, c.connected)
+	testwait.Until(t, 10*time.Second, "connected", c.connected)
 	end := func(multi string) *fleetcheckv1.CoordinatorMessage {
 		return &fleetcheckv1.CoordinatorMessage{Msg: &fleetcheckv1.CoordinatorMessage_EndMulti{EndMulti: &fleetcheckv1.EndMulti{
 			MultiId: multi, Launcher: "gpu-002", LauncherResultId: "r-" + multi,
@@ -628,12 +628,13 @@ func TestMultiNodeBackToBack(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		work, multi := fmt.Sprintf("p%d", i), fmt.Sprintf("mp%d", i)
 		c.runChecks(t, multiRun(work, multi, fleetcheckv1.MultiRole_MULTI_ROLE_PEER, "gpu-002", "gpu-001"))
-		waitFor(t, work+" accepted", 5*time.Second, func() bool {
+		testwait.Until(t, 5*time.Second, work+" accepted", func() bool {
 			if st := c.hasState(work, fleetcheckv1.WorkStatus_STATE_REFUSED); st != nil {
 				t.Fatalf("%s refused right after the previous run's end: %s", work, st.GetReason())
 			}
 			return c.hasState(work, fleetcheckv1.WorkStatus_STATE_ACCEPTED) != nil
 		})
+
 		c.send(t, end(multi)) // and the next run at once
 	}
 	if chk := resultOf(t, c, "p5").GetChecks()[0]; chk.GetStatus() != "pass" {
