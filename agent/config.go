@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -360,29 +361,38 @@ func LoadConfig(path string) (*Config, error) {
 	return c, nil
 }
 
+// These are compiled on first use, not at start: their counted
+// repetitions ({0,251}) make them the costliest part of the package's
+// init, which every `fleetcheck-node analyze` would pay for nothing.
 var (
 	// Node names end up in certificate SANs and file names: DNS-like only.
-	nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$`)
+	nodeNameRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$`)
+	})
 	// Label keys and values follow Kubernetes' rules, since node selectors
 	// use the label-selector syntax.
-	labelKeyRE   = regexp.MustCompile(`^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
-	labelValueRE = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$`)
+	labelKeyRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+	})
+	labelValueRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$`)
+	})
 )
 
 // Validate checks the config; every error wraps ErrInvalid and names the key.
 func (c *Config) Validate() error {
 	bad := func(f string, a ...any) error { return fmt.Errorf("%w: "+f, append([]any{ErrInvalid}, a...)...) }
-	if !nodeNameRE.MatchString(c.Node) {
+	if !nodeNameRE().MatchString(c.Node) {
 		return bad("node %q: use letters, digits, '.', '_' and '-' (at most 253)", c.Node)
 	}
 	for k, v := range c.Labels {
 		if k == "name" {
 			return bad("labels: \"name\" is reserved: selectors use name= for the node name")
 		}
-		if !labelKeyRE.MatchString(k) {
+		if !labelKeyRE().MatchString(k) {
 			return bad("labels: bad key %q", k)
 		}
-		if !labelValueRE.MatchString(v) {
+		if !labelValueRE().MatchString(v) {
 			return bad("labels[%s]: bad value %q (at most 63 letters, digits, '.', '_', '-')", k, v)
 		}
 	}

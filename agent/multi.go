@@ -81,7 +81,7 @@ func (a *Agent) validParticipants(role fleetcheckv1.MultiRole, names []string) s
 	seen := map[string]bool{}
 	for _, n := range names {
 		switch {
-		case !nodeNameRE.MatchString(n):
+		case !nodeNameRE().MatchString(n):
 			return fmt.Sprintf("participant %q is not a host name", clip(n))
 		case seen[n]:
 			return fmt.Sprintf("participant %s named twice", n)

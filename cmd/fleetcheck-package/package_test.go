@@ -132,7 +132,7 @@ func TestPackagesInstallAndUpgrade(t *testing.T) {
 	need(t, "dpkg-deb")
 	dir := t.TempDir()
 	nodeBin, fullBin := filepath.Join(dir, "fleetcheck-node"), filepath.Join(dir, "fleetcheck")
-	goBuild(t, nodeBin, "-tags", "node", "-trimpath", "-ldflags", "-s -w -X main.version=1.0.0")
+	goBuild(t, nodeBin, "-tags", "node,grpcnotrace", "-trimpath", "-ldflags", "-s -w -X main.version=1.0.0")
 	goBuild(t, fullBin, "-ldflags", "-X main.version=1.0.0")
 
 	in := inputs{src: repoRoot, version: "1.0.0", arch: runtime.GOARCH, nodeBinary: nodeBin, fullBinary: fullBin,
@@ -210,7 +210,7 @@ func TestPackagesInstallAndUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.version = "1.1.0"
-	goBuild(t, nodeBin, "-tags", "node", "-trimpath", "-ldflags", "-s -w -X main.version=1.1.0")
+	goBuild(t, nodeBin, "-tags", "node,grpcnotrace", "-trimpath", "-ldflags", "-s -w -X main.version=1.1.0")
 	nodeDeb2, coordDeb2 := buildPackages(t, in, filepath.Join(dir, "v2"))
 	out = []byte(dpkgInstall(t, root, fakePath, nodeDeb2, coordDeb2))
 	if got := mustRead(t, agentYAML); !bytes.Equal(got, edited) {

@@ -71,13 +71,33 @@ func goListDeps(t *testing.T, tags string) []string {
 	return strings.Fields(string(out))
 }
 
-// TestNodeBuildDependencies lists what `-tags node` (make build-node,
+// nodeTags are the tags `make build-node` builds bin/fleetcheck-node with
+// (NODE_TAGS in the Makefile), so the guard lists what is shipped.
+func nodeTags(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NODE_TAGS := "); ok {
+			if tags := strings.TrimSpace(v); slices.Contains(strings.Split(tags, ","), "node") {
+				return tags
+			}
+			t.Fatalf("Makefile: NODE_TAGS %q lacks node", v)
+		}
+	}
+	t.Fatal("Makefile: no NODE_TAGS := line (make build-node's tags)")
+	return ""
+}
+
+// TestNodeBuildDependencies lists what the node build (make build-node,
 // bin/fleetcheck-node) links and fails on anything server-side: this is
 // the import guard for the node side, with no way to skip. The full
 // build is listed too, so a matcher that stopped matching would show.
 func TestNodeBuildDependencies(t *testing.T) {
 	t.Parallel()
-	node := goListDeps(t, "node")
+	node := goListDeps(t, nodeTags(t))
 	for _, must := range []string{module + "agent", module + "checks/registry", module + "inspect", module + "collect", module + "metrics"} {
 		if !slices.Contains(node, must) {
 			t.Errorf("the node build lacks %s: not the node side?", must)
