@@ -634,7 +634,6 @@ func TestMultiNodeBackToBack(t *testing.T) {
 			}
 			return c.hasState(work, fleetcheckv1.WorkStatus_STATE_ACCEPTED) != nil
 		})
-
 		c.send(t, end(multi)) // and the next run at once
 	}
 	if chk := resultOf(t, c, "p5").GetChecks()[0]; chk.GetStatus() != "pass" {

@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/fleetcheck/fleetcheck/internal/needs"
 )
 
 // claim says that a test loads and exercises the files a pattern matches
@@ -158,10 +160,13 @@ func fixturesDir() string {
 // bundles, file by file: the script is how they were made.
 func TestBundlesRebuild(t *testing.T) {
 	t.Parallel()
+	py := needs.Tool(t, "python3", "apt-get install python3")
 	fix := fixturesDir()
-	py, err := exec.LookPath("python3")
-	if fix == "" || err != nil {
-		t.Skipf("SKIPPED: make.py needs python3 (%v) and the shared fixtures (FLEETCHECK_FIXTURES, or ../shared/fixtures beside the repository): found %q", err, fix)
+	if fix == "" {
+		// The one skip CI allows: the real captures live outside the
+		// repository (../shared/fixtures), so a clean clone has none. The
+		// committed bundles are still checked by every other test here.
+		t.Skip("SKIPPED: make.py reads the shared fixtures, which are outside the repository (set FLEETCHECK_FIXTURES, or put them at ../shared/fixtures)")
 	}
 	fix, _ = filepath.Abs(fix)
 	tmp := t.TempDir()

@@ -8,7 +8,6 @@ package rules
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"regexp"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"gopkg.in/yaml.v3"
 
+	"github.com/fleetcheck/fleetcheck/internal/needs"
 	"github.com/fleetcheck/fleetcheck/metrics"
 )
 
@@ -255,13 +255,7 @@ func TestRulesParse(t *testing.T) {
 // promtool is installed (Debian: apt-get install prometheus).
 func TestPromtool(t *testing.T) {
 	t.Parallel()
-	bin, err := exec.LookPath("promtool")
-	if errors.Is(err, exec.ErrNotFound) {
-		t.Skip("promtool not on PATH (apt-get install prometheus); the rules are still parsed by TestRulesParse")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := needs.Tool(t, "promtool", "apt-get install prometheus; the rules are still parsed by TestRulesParse")
 	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", testsFile}} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/host/safefs"
+	"github.com/fleetcheck/fleetcheck/internal/needs"
 	"github.com/fleetcheck/fleetcheck/snapshot"
 )
 
@@ -469,18 +470,13 @@ func TestDirectoryBundleRefusesHostileFiles(t *testing.T) {
 // /dev/zero's twin must refuse the bundle, not fill memory.
 func TestDirectoryBundleRefusesDeviceNode(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		// .ci/run installs packages with apt-get: CI runs as root.
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI runs as root (.ci/run); this test needs root to create a device node")
-		}
-		t.Skip("SKIP LOUDLY: creating a device node needs root; run as root to test device-node bundles")
-	}
+	// .ci/run installs packages with apt-get: CI runs as root.
+	needs.Root(t, "creating a device node")
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, ManifestFile), []byte(`{"format":1}`), 0o644))
 	// mknod c 1 5: /dev/zero.
 	if err := syscall.Mknod(filepath.Join(dir, "dmesg.txt"), syscall.S_IFCHR|0o644, 1<<8|5); err != nil {
-		t.Skipf("SKIP LOUDLY: mknod not permitted here (%v): a sandbox without CAP_MKNOD", err)
+		needs.Skip(t, "mknod not permitted here (%v): a sandbox without CAP_MKNOD", err)
 	}
 	_, err := Open(dir)
 	if !errors.Is(err, ErrHostile) || !strings.Contains(err.Error(), "dmesg.txt") || !strings.Contains(err.Error(), "character device") {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/needs"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
@@ -185,9 +186,7 @@ func TestTermIgnoredGetsKill(t *testing.T) {
 // keeps stdout open; Run still returns soon after the shell exits.
 func TestEscapedGrandchildHoldingStdout(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skip("no setsid")
-	}
+	needs.Tool(t, "setsid", "util-linux")
 	s := sh("setsid sleep 30 & echo $!")
 	s.Timeout = 5 * time.Second
 	s.KillGrace = 100 * time.Millisecond

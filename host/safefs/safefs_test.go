@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/fleetcheck/fleetcheck/internal/needs"
 )
 
 func TestDirFSOpensOnlyRegularFilesWithinTheLimit(t *testing.T) {
@@ -56,7 +58,7 @@ func TestDirFSOpensOnlyRegularFilesWithinTheLimit(t *testing.T) {
 func TestReadAllOfZeroSizedProcFile(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/proc/self/status"); err != nil {
-		t.Skip("no /proc")
+		needs.Skip(t, "no /proc: %v", err)
 	}
 	got, err := fs.ReadFile(NewDirFS("/proc", 1<<20), "self/status")
 	if err != nil || !strings.Contains(string(got), "Name:") {

@@ -55,6 +55,29 @@ func TestSkipFailsInCI(t *testing.T) {
 	}
 }
 
+func TestPartlyGoesOnAndFailsInCI(t *testing.T) {
+	for _, ci := range []string{"true", ""} {
+		t.Run("CI="+ci, func(t *testing.T) {
+			t.Setenv("CI", ci)
+			o := &partial{TB: t}
+			Partly(o, "no %s", "gadget")
+			if (o.errored != "") != (ci == "true") || !strings.Contains(o.errored+o.logged, "no gadget") {
+				t.Fatalf("errored %q logged %q", o.errored, o.logged)
+			}
+		})
+	}
+}
+
+// partial is a testing.TB that records errors and logs.
+type partial struct {
+	testing.TB
+	errored, logged string
+}
+
+func (p *partial) Helper()                        {}
+func (p *partial) Errorf(format string, a ...any) { p.errored = fmt.Sprintf(format, a...) }
+func (p *partial) Logf(format string, a ...any)   { p.logged = fmt.Sprintf(format, a...) }
+
 func TestTool(t *testing.T) {
 	t.Setenv("CI", "true")
 	if o := run(t, func(tb testing.TB) { Tool(tb, "fleetcheck-no-such-tool", "apt-get install nothing") }); !strings.Contains(o.fatal, "apt-get install nothing") {
