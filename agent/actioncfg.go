@@ -217,8 +217,7 @@ func (c *Config) validateActions() error {
 		if err != nil {
 			return bad("multi_node.launcher_command: %v (placeholders: {hosts}, {np}, {nodes})", err)
 		}
-		switch {
-		case m.AllowedPeers.re == nil:
+		if m.AllowedPeers.re == nil {
 			return bad("multi_node.allowed_peers: a pattern for the peers' names is required")
 		}
 	}

@@ -316,10 +316,9 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
 		grpc.MaxRecvMsgSize(16 << 20),
-		// An idle agent stream sends a heartbeat every interval: a write
-		// buffer kept per connection (32 KiB) would be most of what an idle
-		// agent costs. Shared, it goes back to a pool after each flush.
-		grpc.SharedWriteBuffer(true),
+		// An idle agent stream's write buffer goes back to a pool after
+		// each flush: gRPC shares write buffers by default (the
+		// SharedWriteBuffer option is deprecated for that reason).
 	}
 	if s.opts.Credentials != nil {
 		opts = append(opts, grpc.Creds(s.opts.Credentials))

@@ -148,7 +148,6 @@ func (e *nodeEntry) merge(r *store.Result) {
 type registry struct {
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
-	gen   uint64 // stream generations, so an old stream's end is told from the new one's
 }
 
 func newRegistry() *registry { return &registry{nodes: make(map[string]*nodeEntry)} }
@@ -176,13 +175,6 @@ func (r *registry) lookup(name string) *nodeEntry {
 	return r.nodes[name]
 }
 
-func (r *registry) nextGen() uint64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.gen++
-	return r.gen
-}
-
 // all returns a snapshot of the entries; callers lock each entry themselves.
 func (r *registry) all() []*nodeEntry {
 	r.mu.RLock()
@@ -207,9 +199,4 @@ func (r *registry) sessions() []*session {
 		e.mu.Unlock()
 	}
 	return out
-}
-
-// since formats how long ago t was, for reasons.
-func since(now, t time.Time) string {
-	return now.Sub(t).Round(time.Millisecond).String()
 }

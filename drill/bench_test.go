@@ -58,12 +58,12 @@ func runDetection(tb testing.TB, nodes int, fault, extra string, n int, seed uin
 }
 
 type detectionFigures struct {
-	n, detected, within                  int
-	mean, p50, max, lagMax, ttrMean      time.Duration
-	detectedShare, withinShare           float64
-	recovered                            int
-	ttds                                 []time.Duration
-	meanS, p50S, maxS, lagMaxS, ttrMeanS float64
+	n, detected, within             int
+	mean, p50, max, lagMax, ttrMean time.Duration
+	detectedShare, withinShare      float64
+	recovered                       int
+	ttds                            []time.Duration
+	p50S, maxS, lagMaxS, ttrMeanS   float64
 }
 
 func summarize(runs []detectionRun) detectionFigures {

@@ -1136,9 +1136,7 @@ func (e *Engine) detect(d *Drill, t *Target, obs []observation, now time.Time) s
 		if len(c.Findings) > 0 {
 			det.Message = c.Findings[0].Code + " " + c.Findings[0].Component + ": " + c.Findings[0].Message
 		}
-		for _, f := range c.Findings {
-			det.Findings = append(det.Findings, f)
-		}
+		det.Findings = append(det.Findings, c.Findings...)
 		t.Detections = append(t.Detections, det)
 		if t.DetectedAt.IsZero() {
 			t.DetectedPoll = t.Polls

@@ -31,14 +31,13 @@ import (
 // agent-side safety timer the coordinator asks for with revert_after and
 // revert_on_disconnect (see docs/drill.md, "What the agent must do").
 type agentDrill struct {
-	id, fault        string
-	params           map[string]string
-	due              time.Time
-	onDisconnect     time.Duration
-	revertedAt       time.Time
-	revertedByAgent  bool
-	revertedByCoord  bool
-	injectedAtString string
+	id, fault       string
+	params          map[string]string
+	due             time.Time
+	onDisconnect    time.Duration
+	revertedAt      time.Time
+	revertedByAgent bool
+	revertedByCoord bool
 }
 
 // simAgent is one node: a sim.Node read by the real probes and checks,

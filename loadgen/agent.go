@@ -231,7 +231,3 @@ func (s *sim) sustain(ctx context.Context) {
 		}
 	}
 }
-
-func (s *sim) close() {
-	s.cancel()
-}

@@ -79,7 +79,7 @@ func (c *clientCreds) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo,
 }
 
 func (c *clientCreds) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3", ServerName: c.opts.ServerName}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", ServerName: c.opts.ServerName}
 }
 
 func (c *clientCreds) Clone() credentials.TransportCredentials {

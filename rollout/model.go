@@ -25,28 +25,10 @@ const (
 	RolledBack      State = "rolled-back"
 )
 
-// terminal states take no further step.
-func (s State) terminal() bool {
-	switch s {
-	case Done, Failed, Skipped, RolledBack:
-		return true
-	}
-	return false
-}
-
 // active states have the node out of service on the rollout's account.
 func (s State) active() bool {
 	switch s {
 	case DrainRequired, Draining, UpgradeRequired, Upgrading, Rebooting, Validating, UndrainRequired:
-		return true
-	}
-	return false
-}
-
-// upgraded states have seen the upgrade action sent.
-func (s State) upgraded() bool {
-	switch s {
-	case Upgrading, Rebooting, Validating:
 		return true
 	}
 	return false

@@ -137,14 +137,14 @@ func (e *Engine) Status(id string) (*Status, error) {
 		}
 		w := &s.Waves[n.Wave]
 		w.Size++
-		switch {
-		case n.State == Done || n.State == RolledBack:
+		switch n.State {
+		case Done, RolledBack:
 			w.Done++
-		case n.State == Failed:
+		case Failed:
 			w.Failed++
-		case n.State == Skipped:
+		case Skipped:
 			w.Skipped++
-		case n.State == Pending:
+		case Pending:
 			w.Pending++
 		default:
 			w.Active++

@@ -209,19 +209,19 @@ func lex(in string) []token {
 	var toks []token
 	for i := 0; i < len(in); {
 		c := in[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		switch c {
+		case ' ', '\t', '\n', '\r':
 			i++
-		case c == ',':
+		case ',':
 			toks = append(toks, token{tComma, ",", i})
 			i++
-		case c == '(':
+		case '(':
 			toks = append(toks, token{tLParen, "(", i})
 			i++
-		case c == ')':
+		case ')':
 			toks = append(toks, token{tRParen, ")", i})
 			i++
-		case c == '=':
+		case '=':
 			if i+1 < len(in) && in[i+1] == '=' {
 				toks = append(toks, token{tEq, "==", i})
 				i += 2
@@ -229,7 +229,7 @@ func lex(in string) []token {
 				toks = append(toks, token{tEq, "=", i})
 				i++
 			}
-		case c == '!':
+		case '!':
 			if i+1 < len(in) && in[i+1] == '=' {
 				toks = append(toks, token{tNotEq, "!=", i})
 				i += 2

@@ -87,14 +87,6 @@ func codes(r report.CheckResult) []string {
 	return out
 }
 
-func finding(r report.CheckResult, code string) *report.Finding {
-	for i := range r.Findings {
-		if r.Findings[i].Code == code {
-			return &r.Findings[i]
-		}
-	}
-	return nil
-}
 
 func TestAllReduceContract(t *testing.T) {
 	t.Parallel()

@@ -27,9 +27,10 @@ func need(t *testing.T, tool string) string {
 
 func goBuild(t *testing.T, out string, args ...string) {
 	t.Helper()
+	// go test puts its own GOROOT/bin first on the test's PATH.
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("no go tool on PATH: %v", err)
 	}
 	cmd := exec.Command(goTool, append(append([]string{"build", "-o", out}, args...), "./cmd/fleetcheck")...)
 	cmd.Dir = repoRoot

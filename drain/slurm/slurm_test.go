@@ -17,11 +17,10 @@ import (
 // shell scripts (testdata/fakebin) that keep node state in files and record
 // every call.
 type fakeSlurm struct {
-	t     *testing.T
-	dir   string // state: nodes/<name>, jobs, calls
-	bin   string
-	opts  Options
-	nodes map[string]string
+	t    *testing.T
+	dir  string // state: nodes/<name>, jobs, calls
+	bin  string
+	opts Options
 }
 
 func newFake(t *testing.T, nodes map[string]string) *fakeSlurm {

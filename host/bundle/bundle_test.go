@@ -27,7 +27,6 @@ type entry struct {
 	typ  byte
 	body string
 	link string
-	size int64 // overrides len(body) in the header when non-zero
 }
 
 func packTar(t *testing.T, entries []entry) []byte {

@@ -135,8 +135,7 @@ func (p *Package) Write(w io.Writer, mtime time.Time) error {
 // dataTar is data.tar.gz and the installed size in KiB.
 func (p *Package) dataTar(mtime time.Time) ([]byte, int64, error) {
 	dirs := map[string]int64{}
-	var addParents func(string)
-	addParents = func(p string) {
+	addParents := func(p string) {
 		for d := path.Dir(p); d != "/"; d = path.Dir(d) {
 			if _, ok := dirs[d]; !ok {
 				dirs[d] = 0o755
@@ -172,7 +171,7 @@ func (p *Package) dataTar(mtime time.Time) ([]byte, int64, error) {
 		if err := hdr(&tar.Header{Typeflag: tar.TypeDir, Name: "." + d + "/", Mode: dirs[d]}); err != nil {
 			return nil, 0, err
 		}
-		size += 1
+		size++
 	}
 	for _, f := range files {
 		if err := hdr(&tar.Header{Typeflag: tar.TypeReg, Name: "." + f.Path, Mode: f.Mode, Size: int64(len(f.Body))}); err != nil {
