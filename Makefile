@@ -38,9 +38,11 @@ package: build build-node ## write dist/fleetcheck-node_*.deb and dist/fleetchec
 bench-node: build build-node ## node build vs full build: size, analyze CPU and peak RSS, idle agent RSS (docs/scale.md)
 	./scripts/bench-node-build.sh
 
-test: ## run the test suite with the race detector (no GPU, network or root needed)
+test: ## run the test suite with the race detector (no GPU, network or root needed); events with per-package durations in bin/test.json
 	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	@mkdir -p bin
+	$(GO) build -o bin/testsum ./scripts/testsum
+	bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | tee bin/test.json | bin/testsum'
 
 test-short: ## tests without the race detector
 	$(GO) test -count=1 ./...
