@@ -245,22 +245,22 @@ func coordinatorPackage(in inputs) (*deb.Package, error) {
 // Maintainer scripts. None enables or starts a service on install: the
 // config must name the coordinator and certificates first. DPKG_ROOT is
 // set when dpkg installs into another root (dpkg --root with
-// --force-script-chrootless): then paths are under it and the running
-// system's systemd is left alone.
-
-const reload = `if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
-	systemctl daemon-reload || true
-fi
-`
+// --force-script-chrootless): then every path and the user database are
+// that root's, and the running system's systemd is left alone. The paths
+// are agentStateDir and coordDataDir; the package test checks them as
+// installed.
 
 const nodePostinst = `#!/bin/sh
 set -e
 if [ "$1" = configure ]; then
-	mkdir -p "${DPKG_ROOT:-}` + agentStateDir + `"
-	chmod 0700 "${DPKG_ROOT:-}` + agentStateDir + `"
-	` + reload + `	# An upgrade restarts what was running, with the new binary.
-	if [ -n "$2" ] && [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
-		systemctl try-restart fleetcheck-agent.service || true
+	mkdir -p "${DPKG_ROOT:-}/var/lib/fleetcheck-agent"
+	chmod 0700 "${DPKG_ROOT:-}/var/lib/fleetcheck-agent"
+	if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
+		systemctl daemon-reload || true
+		# An upgrade restarts what was running, with the new binary.
+		if [ -n "$2" ]; then
+			systemctl try-restart fleetcheck-agent.service || true
+		fi
 	fi
 fi
 exit 0
@@ -274,39 +274,46 @@ fi
 exit 0
 `
 
+// Purge removes the spool and counter state only: nothing the
+// coordinator has not seen or cannot ask for again.
 const nodePostrm = `#!/bin/sh
 set -e
 if [ "$1" = purge ]; then
-	# Spool and counter state only: nothing the coordinator has not seen
-	# or cannot ask for again.
-	rm -rf "${DPKG_ROOT:-}` + agentStateDir + `"
+	rm -rf "${DPKG_ROOT:-}/var/lib/fleetcheck-agent"
 fi
-` + reload + `exit 0
+if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
+	systemctl daemon-reload || true
+fi
+exit 0
 `
 
 const coordPostinst = `#!/bin/sh
 set -e
 if [ "$1" = configure ]; then
-	# Under DPKG_ROOT the user must exist in that root, not on this host.
 	if [ -n "${DPKG_ROOT:-}" ]; then
-		grep -q '^fleetcheck:' "$DPKG_ROOT/etc/passwd" 2>/dev/null && exists=1 || exists=
-	else
-		getent passwd fleetcheck >/dev/null && exists=1 || exists=
-	fi
-	if [ -z "$exists" ]; then
-		if [ -n "${DPKG_ROOT:-}" ]; then
-			useradd --root "$DPKG_ROOT" --system --user-group --home-dir ` + coordDataDir + ` --no-create-home --shell /usr/sbin/nologin fleetcheck
-		elif command -v adduser >/dev/null; then
-			adduser --quiet --system --group --home ` + coordDataDir + ` --no-create-home --shell /usr/sbin/nologin fleetcheck
-		else
-			useradd --system --user-group --home-dir ` + coordDataDir + ` --no-create-home --shell /usr/sbin/nologin fleetcheck
+		# Another root: its user database, by uid:gid.
+		if ! grep -q '^fleetcheck:' "$DPKG_ROOT/etc/passwd" 2>/dev/null; then
+			useradd --root "$DPKG_ROOT" --system --user-group --home-dir /var/lib/fleetcheck --no-create-home --shell /usr/sbin/nologin fleetcheck
 		fi
+		owner=$(awk -F: '$1 == "fleetcheck" { print $3 ":" $4 }' "$DPKG_ROOT/etc/passwd")
+	else
+		if ! getent passwd fleetcheck >/dev/null; then
+			if command -v adduser >/dev/null; then
+				adduser --quiet --system --group --home /var/lib/fleetcheck --no-create-home --shell /usr/sbin/nologin fleetcheck
+			else
+				useradd --system --user-group --home-dir /var/lib/fleetcheck --no-create-home --shell /usr/sbin/nologin fleetcheck
+			fi
+		fi
+		owner=fleetcheck:fleetcheck
 	fi
-	mkdir -p "${DPKG_ROOT:-}` + coordDataDir + `"
-	chown fleetcheck:fleetcheck "${DPKG_ROOT:-}` + coordDataDir + `"
-	chmod 0750 "${DPKG_ROOT:-}` + coordDataDir + `"
-	` + reload + `	if [ -n "$2" ] && [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
-		systemctl try-restart fleetcheck-coordinator.service || true
+	mkdir -p "${DPKG_ROOT:-}/var/lib/fleetcheck"
+	chown "$owner" "${DPKG_ROOT:-}/var/lib/fleetcheck"
+	chmod 0750 "${DPKG_ROOT:-}/var/lib/fleetcheck"
+	if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
+		systemctl daemon-reload || true
+		if [ -n "$2" ]; then
+			systemctl try-restart fleetcheck-coordinator.service || true
+		fi
 	fi
 fi
 exit 0
@@ -325,7 +332,10 @@ exit 0
 const coordPostrm = `#!/bin/sh
 set -e
 if [ "$1" = purge ]; then
-	echo "fleetcheck-coordinator: ` + coordDataDir + ` (the store) is kept; remove it by hand if it is no longer wanted" >&2
+	echo "fleetcheck-coordinator: /var/lib/fleetcheck (the store) is kept; remove it by hand if it is no longer wanted" >&2
 fi
-` + reload + `exit 0
+if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
+	systemctl daemon-reload || true
+fi
+exit 0
 `

@@ -189,7 +189,7 @@ func TestPackagesInstallAndUpgrade(t *testing.T) {
 	}
 	calls, _ := os.ReadFile(fakeLog)
 	wantCalls := "useradd --root " + root + " --system --user-group --home-dir /var/lib/fleetcheck --no-create-home --shell /usr/sbin/nologin fleetcheck\n" +
-		"chown fleetcheck:fleetcheck " + root + "/var/lib/fleetcheck\n"
+		"chown 999:999 " + root + "/var/lib/fleetcheck\n"
 	if string(calls) != wantCalls {
 		t.Errorf("maintainer scripts called:\n%s\nwant:\n%s", calls, wantCalls)
 	}
@@ -223,6 +223,33 @@ func TestPackagesInstallAndUpgrade(t *testing.T) {
 	// The user existed in the root: the upgrade did not add it again.
 	if calls, _ := os.ReadFile(fakeLog); strings.Count(string(calls), "useradd") != 1 {
 		t.Errorf("useradd calls over install and upgrade:\n%s", calls)
+	}
+
+	// Remove keeps the admin's config; purge takes it and the agent's
+	// state; the coordinator's store outlives a purge.
+	dpkg := func(args ...string) string {
+		return runOut(t, []string{"PATH=" + fakePath + ":" + os.Getenv("PATH")}, "dpkg",
+			append([]string{"--root=" + root, "--force-script-chrootless", "--force-not-root"}, args...)...)
+	}
+	dpkg("--remove", "fleetcheck-node")
+	if _, err := os.Stat(agentYAML); err != nil {
+		t.Errorf("remove took the edited agent.yaml: %v", err)
+	}
+	if _, err := os.Stat(nodeInRoot); err == nil {
+		t.Errorf("remove left the binary")
+	}
+	store := filepath.Join(root, coordDataDir, "fleetcheck.db")
+	if err := os.WriteFile(store, []byte("the fleet's history"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dpkg("--purge", "fleetcheck-node", "fleetcheck-coordinator")
+	for _, gone := range []string{agentYAML, filepath.Join(root, agentStateDir)} {
+		if _, err := os.Stat(gone); err == nil {
+			t.Errorf("purge left %s", gone)
+		}
+	}
+	if _, err := os.Stat(store); err != nil {
+		t.Errorf("purge took the coordinator's store: %v", err)
 	}
 }
 
