@@ -366,7 +366,7 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 	if err := sendTo(sess, &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunAction{RunAction: req}}); err != nil {
 		return campaign.ActionResult{}, err
 	}
-	return f.awaitAction(ctx, pa, sess, timeout)
+	return f.awaitAction(ctx, pa, sess, timeout, req)
 }
 
 // peerMargin is how much longer a multi-node peer stays reserved than the
@@ -376,11 +376,25 @@ const peerMargin = 30 * time.Second
 // maxActionReasonBytes bounds RunAction's reason, as the proto says.
 const maxActionReasonBytes = 256
 
-// awaitAction waits for an action's final status.
-func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *session, timeout time.Duration) (campaign.ActionResult, error) {
+// awaitAction waits for an action's final status. When the node comes
+// back on a new stream the request is sent again, same id: an agent that
+// still runs it answers (it never runs an id twice), and one that was
+// restarted, which lost the action with its process, runs it now instead
+// of leaving the call waiting for an answer that cannot come.
+func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *session, timeout time.Duration, req *pb.RunAction) (campaign.ActionResult, error) {
 	accepted := false
 	lost := f.watchStream(pa.node, sess)
 	defer lost.stop()
+	sentOn := sess
+	resend := func() {
+		if lost.cur == nil || lost.cur == sentOn {
+			return
+		}
+		sentOn = lost.cur
+		if err := sendTo(sentOn, &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunAction{RunAction: req}}); err == nil {
+			f.s.log.Info().Str("node", pa.node).Str("action_id", pa.id).Msg("action sent again on the node's new stream")
+		}
+	}
 	for {
 		select {
 		case st := <-pa.updates:
@@ -396,8 +410,10 @@ func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *sessio
 			if lost.expired() {
 				return campaign.ActionResult{}, fmt.Errorf("node %s: stream lost during action %s and not back within %s: %w", pa.node, pa.id, lost.grace, campaign.ErrUnreachable)
 			}
+			resend()
 		case <-lost.changed():
 			lost.check()
+			resend()
 		case <-ctx.Done():
 			return campaign.ActionResult{}, f.deadlineError(ctx, pa.node, "action "+pa.id, accepted, timeout)
 		case <-f.s.stopping:

@@ -63,6 +63,13 @@ func startSimAgentSpec(t *testing.T, s *Server, spec sim.Spec, name string, mod 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startAgentOn(t, s, n, name, mod)
+}
+
+// startAgentOn starts an agent process for a simulated node (again, after
+// a stop: the node outlives its agent).
+func startAgentOn(t *testing.T, s *Server, n *sim.Node, name string, mod func(*agent.Config)) *simAgent {
+	t.Helper()
 	cfg, err := agent.ParseConfig([]byte("node: " + name + "\ncoordinator: " + s.GRPCAddr().String() + "\n" + fleetAgentYAML))
 	if err != nil {
 		t.Fatal(err)
@@ -308,6 +315,49 @@ func TestFleetActionResentWithItsID(t *testing.T) {
 	}
 	if _, err := f.RunAction(context.Background(), "gpu-001", "driver-upgrade", params, campaign.RunOptions{Timeout: time.Second, ID: "-x"}); err == nil {
 		t.Error("a malformed id was sent")
+	}
+}
+
+// An agent restarted while it runs an action lost it with its process: the
+// action is sent again, same id, on the new stream, and the call ends with
+// its answer rather than waiting out the action's whole timeout.
+func TestFleetActionResentToRestartedAgent(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, t.TempDir(), nil)
+	f := s.Fleet()
+	spec := sim.DefaultSpec("gpu-001")
+	spec.ActionDelay = 2 * time.Second
+	a := startSimAgentSpec(t, s, spec, "gpu-001", nil)
+	waitConnected(t, f, "gpu-001")
+	type answer struct {
+		res campaign.ActionResult
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := f.RunAction(context.Background(), "gpu-001", "driver-upgrade", map[string]string{"version": "550.54.15"},
+			campaign.RunOptions{Timeout: 40 * time.Second, ID: "b-20260504T080000-abc123.run9"})
+		got <- answer{res, err}
+	}()
+	testwait.Until(t, 10*time.Second, "the action accepted", func() bool {
+		ev := eventsOf(t, s, "gpu-001")
+		return hasEvent(ev, "b-20260504T080000-abc123.run9")
+	})
+	a.stop() // SIGTERM: the install is cut short
+	if a.node.Driver() == "550.54.15" {
+		t.Skip("the install finished before the stop; nothing to resend")
+	}
+	startAgentOn(t, s, a.node, "gpu-001", nil)
+	select {
+	case ans := <-got:
+		if ans.err != nil || !ans.res.OK {
+			t.Fatalf("after the agent's restart: %+v %v", ans.res, ans.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no answer 30s after the agent came back: the action was not sent again")
+	}
+	if a.node.Driver() != "550.54.15" || a.node.ActionCount("driver-upgrade") != 1 {
+		t.Errorf("driver %s, %d upgrades; want 550.54.15 once", a.node.Driver(), a.node.ActionCount("driver-upgrade"))
 	}
 }
 
