@@ -438,7 +438,10 @@ func TestFleetWideRunCheck(t *testing.T) {
 		f.newNode(name, withShared(shared), opts...).start()
 	}
 	op := f.operator()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	// One deadline for the whole test, not one wait's: the fleet coming up
+	// may take most of waitLong on a loaded machine, and the runs below
+	// (15 s each at most) must still have their time.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitLong+time.Minute)
 	defer cancel()
 	testwait.Until(t, waitLong, "16 nodes connected, each with a first result", func() bool {
 		resp, err := op.ListNodes(ctx, &pb.ListNodesRequest{})

@@ -30,13 +30,18 @@ import (
 // 127.0.0.1, wrapped by one membership.FaultNetwork per fleet so a test can
 // partition a member while its agent stream stays up.
 
-// gossipTimings detect a dead member in one to four seconds (suspicion
-// timeout 600 ms with a confirmation, 3.6 s without), like the demo's.
+// gossipTimings detect a dead member in two to eight seconds (suspicion
+// timeout 1.2 s with a confirmation, 7.2 s without). Not faster: every
+// member of a test fleet shares one process and two loaded cores with the
+// race detector, and a member starved for a moment must be able to refute
+// its suspicion before it is declared dead, or the tests that assert nobody
+// flapped fail for the machine's sake (with 200 ms probes and a 600 ms
+// suspicion, a stall of little more than half a second could do it).
 // memberlist keeps gossiping to a dead member for PushPullInterval
 // (GossipToTheDeadTime): after that only the rejoin loop brings it back.
 func gossipTimings(c *membership.Config) {
-	c.ProbeInterval = 200 * time.Millisecond
-	c.ProbeTimeout = 100 * time.Millisecond
+	c.ProbeInterval = 400 * time.Millisecond
+	c.ProbeTimeout = 200 * time.Millisecond
 	c.GossipInterval = 50 * time.Millisecond
 	c.SuspicionMult = 3
 	c.PushPullInterval = 2 * time.Second
@@ -45,9 +50,16 @@ func gossipTimings(c *membership.Config) {
 }
 
 // detectWithin bounds how long a partitioned member takes to be marked
-// unreachable: the suspicion timeout is 3.6 s at most, plus scheduling
-// delays under -race on two shared cores.
-const detectWithin = 8 * time.Second
+// unreachable, or a healed one alive again: the suspicion timeout is 7.2 s
+// at most, plus scheduling delays (testwait scales it under -race). A
+// deadline, not a wait: tests go on as soon as the condition holds.
+const detectWithin = 12 * time.Second
+
+// holdFor is how long a test watches that nothing changes (nobody flapped,
+// a left member stays left): longer than a probe round plus the shortest
+// suspicion timeout (0.4 + 1.2 s), so a member that stopped answering
+// would have been declared dead within it.
+const holdFor = 2500 * time.Millisecond
 
 const gossipLabel = "fleettest"
 
@@ -398,14 +410,14 @@ func TestGossipCleanStopIsLeft(t *testing.T) {
 	if sawDead {
 		t.Errorf("%s was seen dead before it left: the leave was not announced", gone.name)
 	}
-	testwait.Until(t, 5*time.Second, "the leave event", func() bool {
+	testwait.Until(t, waitLong, "the leave event", func() bool {
 		return hasEvent(events(t, f.store(), gone.name), "connection: left the gossip pool")
 	})
 
 	// Its agent said goodbye on the stream: left, not unreachable.
 	testwait.Until(t, waitLong, gone.name+" left from the stream's end", stateIs(f.store, gone.name, coordinator.StateLeft))
 	// Longer than the suspicion timeout: a left member stays left.
-	time.Sleep(2 * time.Second)
+	time.Sleep(holdFor)
 	if !f.gossipSees(gone.name, membership.StateLeft)() {
 		m, _ := f.pool().Member(gone.name)
 		t.Errorf("%s is %s in the pool after leaving, want left", gone.name, m.State)
@@ -454,9 +466,9 @@ func TestGossipCoordinatorRestart(t *testing.T) {
 				})
 			}
 			// Stays so for a few probe rounds: nobody is flapping.
-			time.Sleep(time.Second)
+			time.Sleep(holdFor)
 			if !f.allAlive(nodes)() {
-				t.Errorf("members after a second: %+v", f.pool().Members())
+				t.Errorf("members after %s: %+v", holdFor, f.pool().Members())
 			}
 		})
 	}
@@ -579,7 +591,7 @@ func TestGossipKeyRotationOverMTLS(t *testing.T) {
 			t.Fatalf("%v: coordinator holds %d keys, want %d", o, got, wantKeys)
 		}
 		// Several probe rounds, every member alive throughout.
-		until := time.Now().Add(time.Second)
+		until := time.Now().Add(holdFor)
 		for time.Now().Before(until) {
 			if !f.allAlive(nodes)() {
 				t.Fatalf("%v: a member was lost: %+v", o, f.pool().Members())
