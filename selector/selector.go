@@ -12,6 +12,24 @@
 //
 // The empty selector matches every node. `name` always means the node's
 // name, even when an agent declares a label called "name".
+//
+// Where both accept a selector, ours and apimachinery's (k8s.io/apimachinery
+// /pkg/labels) select the same nodes: FuzzAgainstKubernetes checks it. They
+// differ only in what they accept:
+//   - keys: ours takes any key of letters, digits, '-', '_', '.' and one '/'
+//     up to 253 bytes; Kubernetes also wants the name part at most 63 bytes
+//     and starting and ending with a letter or digit, and the prefix a
+//     lowercase DNS subdomain.
+//   - values: ours also takes ':' (firmware and driver versions) and values
+//     up to 253 bytes that start or end with '-', '_' or '.'; Kubernetes
+//     wants at most 63 bytes, starting and ending with a letter or digit.
+//   - "key in ()" is an error here; Kubernetes reads it as key in ("").
+//   - the numeric operators "key>4" and "key<4" are Kubernetes only.
+//   - a NUL byte is an error here; Kubernetes' lexer takes it for the end of
+//     the selector and ignores the rest.
+//
+// The selector never goes to Kubernetes as written: the drain adapter
+// names nodes, so a wider key or value costs nothing there.
 package selector
 
 import (
@@ -281,6 +299,9 @@ func (p *parser) requirement() (Requirement, error) {
 	t := p.next()
 	if t.kind == tBang {
 		k := p.next()
+		if k.kind == tIn || k.kind == tNotIn {
+			k.kind = tIdent // "!in" is the key "in" absent, as "in" alone is the key present
+		}
 		if k.kind != tIdent {
 			return Requirement{}, p.errorf(k, "expected a label key after '!', found %s", k)
 		}

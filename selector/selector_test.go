@@ -38,6 +38,7 @@ func TestMatches(t *testing.T) {
 		{"missing=", false, false},
 		{"rack in (r1,)", true, false},
 		{"in in (x)", false, false}, // "in" as a key
+		{"!in", true, true},         // and absent
 		{"example.com/pool=p1", false, false},
 	}
 	for _, tt := range tests {
