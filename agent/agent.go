@@ -291,7 +291,7 @@ func lockDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("state dir lock: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close() // the lock error is the one to report
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s", ErrStateDirInUse, dir)
 		}
@@ -299,7 +299,7 @@ func lockDir(dir string) (func(), error) {
 	}
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
+		_ = f.Close() // the lock goes with the descriptor either way
 	}, nil
 }
 

@@ -83,7 +83,7 @@ func writeFileAtomic(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", filepath.Dir(path), err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }() // opened only to fsync: Sync's error is the one that counts
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", filepath.Dir(path), err)
 	}

@@ -123,7 +123,7 @@ func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", a.cfg.Coordinator, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // the session's own error is what is returned
 
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

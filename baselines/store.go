@@ -132,7 +132,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(q querier) error) (err erro
 	if err != nil {
 		return fmt.Errorf("database connection: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // back to the pool; the transaction's error is what counts
 	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

@@ -182,7 +182,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 		fleet: s.campaignFleet(), matrix: s.cfg.CompatMatrix}
 	defer func() {
 		if err != nil {
-			c.db.Close()
+			_ = c.db.Close() // the start error is the one to report
 		}
 	}()
 	c.bl, err = baselines.NewStore(c.db, baselines.WithReader(st.ReaderDB()), baselines.WithClock(s.now))

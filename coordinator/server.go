@@ -398,16 +398,16 @@ func (s *Server) closeLocked(ctx context.Context) error {
 			<-done
 		}
 	} else if s.grpcLis != nil {
-		s.grpcLis.Close()
+		_ = s.grpcLis.Close() // never served: nothing was accepted on it
 	}
 	var errs []error
 	if s.http != nil {
 		if err := s.http.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-			s.http.Close()
+			_ = s.http.Close() // the shutdown error is already kept
 		}
 	} else if s.httpLis != nil {
-		s.httpLis.Close()
+		_ = s.httpLis.Close() // never served: nothing was accepted on it
 	}
 	s.serving.Wait()
 	// Gossip events write node states: the pool stops before the store.

@@ -51,7 +51,7 @@ func RunCampaign(ctx context.Context, name string, opts CampaignOptions, into *C
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }() // best effort: a temp dir
 		opts.Dir = dir
 	}
 	var err error

@@ -129,7 +129,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("demo: %w", err)
 		}
-		defer os.RemoveAll(d)
+		defer func() { _ = os.RemoveAll(d) }() // best effort: a temp dir
 		dir = d
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -179,7 +179,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if tuneErr != nil {
 		return nil, fmt.Errorf("demo: %w", tuneErr)
 	}
-	defer srv.Stop(context.Background())
+	defer func() { _ = srv.Stop(context.Background()) }() // the demo's outcome is already decided
 	addr := srv.GRPCAddr().String()
 	httpAddr := srv.HTTPAddr().String()
 	say("coordinator listening on 127.0.0.1 only, plaintext: gRPC %s, HTTP http://%s (/metrics, /healthz), gossip %s; data in %s",
@@ -381,7 +381,7 @@ func fleetCheck(ctx context.Context, addr string, timeout time.Duration) (*pb.Ru
 	if err != nil {
 		return nil, fmt.Errorf("demo: dial coordinator: %w", err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }() // the call's own error is what is returned
 	stream, err := pb.NewOperatorServiceClient(conn).RunCheck(ctx, &pb.RunCheckRequest{
 		Checks:    passiveChecks(),
 		TimeoutMs: timeout.Milliseconds(),

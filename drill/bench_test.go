@@ -63,7 +63,6 @@ type detectionFigures struct {
 	detectedShare, withinShare      float64
 	recovered                       int
 	ttds                            []time.Duration
-	p50S, maxS, lagMaxS, ttrMeanS   float64
 }
 
 func summarize(runs []detectionRun) detectionFigures {

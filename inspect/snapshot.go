@@ -174,7 +174,7 @@ func (k *streamedLog) read(ctx context.Context, h host.Streamer, collectedAt tim
 	if rc == nil {
 		rc = io.NopCloser(strings.NewReader("")) // ok and empty: a log of no lines
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }() // a reader: nothing to lose on close
 	if c.State == snapshot.StateOK {
 		k.log, k.err = kmsg.ParseReader(rc, collectedAt, uptime)
 	}

@@ -178,13 +178,13 @@ func WriteKeyringFile(path string, keys [][]byte) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone already after the rename; else a leftover temp file
 	if _, err := tmp.Write(FormatKeyring(keys)); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the write error is the one to report
 		return err
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the sync error is the one to report
 		return err
 	}
 	if err := tmp.Close(); err != nil {

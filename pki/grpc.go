@@ -79,7 +79,8 @@ func (c *clientCreds) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo,
 }
 
 func (c *clientCreds) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", ServerName: c.opts.ServerName}
+	// grpc-go still takes the channel's authority from ServerName.
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", ServerName: c.opts.ServerName} //nolint:staticcheck // SA1019: see above
 }
 
 func (c *clientCreds) Clone() credentials.TransportCredentials {

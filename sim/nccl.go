@@ -235,7 +235,8 @@ func floatStr(v float64, width int) string {
 func (n *Node) appendNCCLInfo(b *strings.Builder, f frame, pid int) {
 	s := &n.spec
 	var cudaMajor, cudaMinor int
-	fmt.Sscanf(s.CUDA, "%d.%d", &cudaMajor, &cudaMinor)
+	// A spec with no CUDA version prints 0.0, as a node without the toolkit would.
+	_, _ = fmt.Sscanf(s.CUDA, "%d.%d", &cudaMajor, &cudaMinor)
 	prefix := fmt.Sprintf("%s:%d:%d [0] NCCL INFO ", s.Name, pid, pid)
 	oob := fmt.Sprintf("eth0:10.%d.%d.%d<0>", hash64(s.Seed, s.Name, "ip")%250, hash64(s.Seed, s.Name, "ip2")%250, 1+hash64(s.Seed, s.Name, "ip3")%250)
 	b.WriteString(prefix + "Bootstrap : Using " + oob + "\n")

@@ -31,7 +31,7 @@ func (s *Store) RecordDispatch(ctx context.Context, workID string, nodes []strin
 	if err != nil {
 		return fmt.Errorf("record dispatch %s: %w", workID, err)
 	}
-	defer stmt.Close()
+	defer func() { _ = stmt.Close() }() // the statement's work is done; the inserts' errors count
 	for _, n := range nodes {
 		if _, err := stmt.ExecContext(ctx, workID, n, ms(at)); err != nil {
 			return fmt.Errorf("record dispatch %s to %s: %w", workID, n, err)

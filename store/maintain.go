@@ -77,6 +77,10 @@ func (s *Store) prunePrefix(ctx context.Context, table string, cut int64) (int, 
 		last = rowid
 		n++
 	}
+	if err := rows.Err(); err != nil {
+		_ = rows.Close() // the iteration error is the one to report
+		return 0, fmt.Errorf("prune %s: %w", table, err)
+	}
 	if err := rows.Close(); err != nil {
 		return 0, fmt.Errorf("prune %s: %w", table, err)
 	}
@@ -124,7 +128,7 @@ func backupFile(ctx context.Context, src, dest string) error {
 	// A dedicated connection: the writer keeps ingesting meanwhile, and
 	// VACUUM INTO is only a read of the source.
 	db := openDB(dsn(src, url.Values{"mode": {"rw"}, "_busy_timeout": {"10000"}}))
-	defer db.Close()
+	defer func() { _ = db.Close() }() // a connection only read through (VACUUM INTO writes elsewhere)
 	db.SetMaxOpenConns(1)
 	v, err := schemaVersion(ctx, db)
 	if err != nil {
@@ -158,7 +162,7 @@ func syncFile(path string) error {
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		_ = f.Close() // the sync error is the one to report
 		return err
 	}
 	return f.Close()

@@ -172,6 +172,10 @@ func seedInventoryHistory(ctx context.Context, tx *sql.Tx) error {
 		}
 		seeds = append(seeds, s)
 	}
+	if err := rows.Err(); err != nil {
+		_ = rows.Close() // the iteration error is the one to report
+		return err
+	}
 	if err := rows.Close(); err != nil {
 		return err
 	}

@@ -171,7 +171,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s, err := openStore(ctx, opts, path)
 	if err != nil {
-		lock.Close()
+		_ = lock.Close() // the open error is the one to report
 		return nil, err
 	}
 	s.lock = lock
@@ -187,11 +187,11 @@ func openStore(ctx context.Context, opts Options, path string) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	if err := checkJournal(ctx, w); err != nil {
-		w.Close()
+		_ = w.Close() // the open error is the one to report
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	if err := migrate(ctx, w, len(migrations()), opts.Now); err != nil {
-		w.Close()
+		_ = w.Close() // the migration error is the one to report
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	r := openDB(readerDSN(path))
@@ -249,7 +249,7 @@ const (
 // checkpoint that waits for the writer, so the file cannot grow unbounded.
 func (s *Store) checkpointer(db *sql.DB) {
 	defer close(s.ckptDone)
-	defer db.Close()
+	defer func() { _ = db.Close() }() // the checkpointer's own connection; its checkpoints are done
 	t := time.NewTicker(checkpointEvery)
 	defer t.Stop()
 	for {

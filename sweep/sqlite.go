@@ -230,7 +230,7 @@ func (s *SQLiteStore) SavePlan(ctx context.Context, id string, phase Phase, wave
 		if err != nil {
 			return err
 		}
-		defer st.Close()
+		defer func() { _ = st.Close() }() // the statement's work is done; the inserts' errors count
 		for _, t := range tests {
 			data, err := json.Marshal(t)
 			if err != nil {
@@ -364,7 +364,7 @@ func (s *SQLiteStore) Finish(ctx context.Context, id string, state State, errTex
 		if err != nil {
 			return err
 		}
-		defer st.Close()
+		defer func() { _ = st.Close() }() // the statement's work is done; the inserts' errors count
 		at := ended.UnixMilli()
 		for _, n := range covered {
 			if _, err := st.ExecContext(ctx, n, at, id); err != nil {

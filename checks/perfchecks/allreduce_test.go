@@ -87,7 +87,6 @@ func codes(r report.CheckResult) []string {
 	return out
 }
 
-
 func TestAllReduceContract(t *testing.T) {
 	t.Parallel()
 	c := AllReduce{}

@@ -100,7 +100,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // only held to learn a free port
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -141,7 +141,11 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer func() {
+			if err := f.Close(); err != nil {
+				log.Warn().Err(err).Str("file", o.cpuProfile).Msg("cpu profile not written in full")
+			}
+		}()
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
@@ -178,7 +182,7 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	defer op.Close()
+	defer func() { _ = op.Close() }() // the run's own error is what is returned
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	err = op.WaitReady(rctx)
 	cancel()
@@ -384,12 +388,16 @@ func load(a, b reading) string {
 	return fmt.Sprintf("load average %.2f → %.2f on %d CPUs", a.machine.Load1, b.machine.Load1, b.machine.CPUs)
 }
 
-func writeHeap(path string) error {
+func writeHeap(path string) (err error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() {
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("heap profile: %w", cerr)
+		}
+	}()
 	runtime.GC()
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		return fmt.Errorf("heap profile: %w", err)

@@ -51,7 +51,7 @@ func (f *opFlags) campaignCall(formats []string, call func(context.Context, pb.C
 	if err != nil {
 		return fmt.Errorf("coordinator %s: %w", f.addr, err)
 	}
-	defer cc.Close()
+	defer func() { _ = cc.Close() }() // the call's own error is what is returned
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	if err := call(ctx, pb.NewCampaignServiceClient(cc)); err != nil {
@@ -789,7 +789,7 @@ func newBurninCmd() *cobra.Command {
 func newBurninReportCmd() *cobra.Command {
 	var outTo string
 	cmd := idCmd("report", "A campaign's acceptance report (-o table|json|html)", func(cmd *cobra.Command, f *opFlags, id string) error {
-		return f.campaignCall([]string{"html"}, func(ctx context.Context, c pb.CampaignServiceClient) error {
+		return f.campaignCall([]string{"html"}, func(ctx context.Context, c pb.CampaignServiceClient) (rerr error) {
 			format := "json"
 			if f.output == "html" {
 				format = "html"
@@ -804,7 +804,11 @@ func newBurninReportCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("report: %w", err)
 				}
-				defer fh.Close()
+				defer func() {
+					if err := fh.Close(); err != nil && rerr == nil {
+						rerr = fmt.Errorf("report: %w", err)
+					}
+				}()
 				w = fh
 			}
 			if format == "html" {

@@ -31,7 +31,7 @@ func (f *opFlags) diagnose(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
-	defer raw.Close()
+	defer func() { _ = raw.Close() }() // a probe for the error message only
 	if dl, ok := ctx.Deadline(); ok {
 		_ = raw.SetDeadline(dl)
 	}

@@ -118,7 +118,8 @@ func (f *opFlags) client() (pb.OperatorServiceClient, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("coordinator %s: %w", f.addr, err)
 	}
-	return pb.NewOperatorServiceClient(cc), func() { cc.Close() }, nil
+	// Closed after the call: the call's own error is what is returned.
+	return pb.NewOperatorServiceClient(cc), func() { _ = cc.Close() }, nil
 }
 
 // rpcError says what went wrong in one line, without gRPC's wrapping. A

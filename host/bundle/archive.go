@@ -30,7 +30,7 @@ func (a *archive) pass(fn func(i int, hdr *tar.Header, tr *tar.Reader) error) er
 	if err != nil {
 		return fmt.Errorf("%w: not gzip: %v", ErrFormat, err)
 	}
-	defer gz.Close()
+	defer func() { _ = gz.Close() }() // a reader: nothing to lose on close
 	tr := tar.NewReader(&boundedReader{r: gz, left: a.lim.decompressedLimit()})
 	for i := 0; ; i++ {
 		hdr, err := tr.Next()
@@ -198,15 +198,15 @@ func (a *archive) open(s streamed) (io.ReadCloser, error) {
 	for i := 0; i <= s.entry; i++ {
 		hdr, err := tr.Next()
 		if errors.Is(err, errBomb) {
-			gz.Close()
+			_ = gz.Close() // a reader; the error returned is the one that counts
 			return nil, a.bomb()
 		}
 		if err != nil {
-			gz.Close()
+			_ = gz.Close() // a reader; the error returned is the one that counts
 			return nil, fmt.Errorf("%w: %s: archive changed since the bundle was opened (%v)", ErrFormat, s.name, err)
 		}
 		if i == s.entry && (hdr.Name != s.name || hdr.Size != s.size) {
-			gz.Close()
+			_ = gz.Close() // a reader; the error returned is the one that counts
 			return nil, fmt.Errorf("%w: %s changed since the bundle was opened", ErrFormat, s.name)
 		}
 	}

@@ -90,18 +90,18 @@ func OpenWithLimits(p string, lim Limits) (*Bundle, error) {
 		err = safefs.CheckInfo(p, st, math.MaxInt64)
 	}
 	if err != nil || st.IsDir() {
-		f.Close()
+		_ = f.Close() // read-only; the open error is the one to report
 		return nil, fmt.Errorf("open bundle: %s changed while it was opened: %w", p, hostile(err))
 	}
 	// f stays open while the bundle is used: its large files are streamed
 	// from it (the os.File closes itself once unreachable).
 	m, err := Unpack(f, st.Size(), lim)
 	if err != nil {
-		f.Close()
+		_ = f.Close() // read-only; the open error is the one to report
 		return nil, fmt.Errorf("open bundle %s: %w", p, err)
 	}
 	if len(m.(*memFS).streamed) == 0 {
-		f.Close()
+		_ = f.Close() // read in full: nothing left to lose
 	}
 	return FromFS(m)
 }
@@ -186,7 +186,7 @@ func (b *Bundle) CaptureStream(_ context.Context, src snapshot.Source) (io.ReadC
 	f, err := b.root.Open(string(src))
 	if err == nil {
 		if fi, serr := f.Stat(); serr == nil && fi.IsDir() {
-			f.Close()
+			_ = f.Close() // read-only; the capture says what went wrong
 			f, err = nil, &fs.PathError{Op: "read", Path: string(src), Err: errIsDir}
 		}
 	}
@@ -195,7 +195,7 @@ func (b *Bundle) CaptureStream(_ context.Context, src snapshot.Source) (io.ReadC
 		return nil, c
 	}
 	if c.State == snapshot.StateAbsent {
-		f.Close()
+		_ = f.Close() // read-only; the capture says what went wrong
 		return nil, c
 	}
 	return f, c

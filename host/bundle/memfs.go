@@ -104,7 +104,7 @@ func (m *memFS) ReadFile(name string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read-only
 		data := make([]byte, s.size)
 		if _, err := io.ReadFull(f, data); err != nil {
 			return nil, &fs.PathError{Op: "read", Path: name, Err: err}

@@ -107,11 +107,11 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	if err := w.tw.Close(); err != nil {
-		w.f.Close()
+		_ = w.f.Close() // the write error is the one to report
 		return err
 	}
 	if err := w.gz.Close(); err != nil {
-		w.f.Close()
+		_ = w.f.Close() // the write error is the one to report
 		return err
 	}
 	return w.f.Close()

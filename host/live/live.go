@@ -191,7 +191,7 @@ func readKmsg(path string, max int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer syscall.Close(fd)
+	defer func() { _ = syscall.Close(fd) }() // read-only descriptor
 	var out bytes.Buffer
 	buf := make([]byte, 8192)
 	for out.Len() < max {

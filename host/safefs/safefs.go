@@ -74,11 +74,11 @@ func Kind(m fs.FileMode) string {
 func Wrap(f *os.File, name string, limit int64) (fs.File, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
+		_ = f.Close() // read-only; the error returned is the one that counts
 		return nil, err
 	}
 	if err := CheckInfo(name, fi, limit); err != nil {
-		f.Close()
+		_ = f.Close() // read-only; the error returned is the one that counts
 		return nil, err
 	}
 	if fi.IsDir() {
@@ -209,7 +209,7 @@ func (d DirFS) ReadFile(name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	if _, ok := f.(*File); !ok {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: errors.New("is a directory")}
 	}

@@ -245,7 +245,7 @@ func readValue(fsys fs.FS, name string, buf []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	n, err := io.ReadFull(f, buf)
 	switch {
 	case err == nil:

@@ -27,7 +27,8 @@ func Open() (lib nvml.Interface, closeFn func(), err error) {
 		return nil, nil, fmt.Errorf("nvml init: %w", ret)
 	}
 	var once sync.Once
-	return lib, func() { once.Do(func() { lib.Shutdown() }) }, nil
+	// Shut down at the end: nothing is left to do with a failed shutdown.
+	return lib, func() { once.Do(func() { _ = lib.Shutdown() }) }, nil
 }
 
 // Collect opens NVML, reads the GPUs and closes it again.
