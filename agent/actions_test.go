@@ -304,7 +304,11 @@ func TestRevertOnDisconnect(t *testing.T) {
 	if st := waitAction(t, c, "d1"); st.GetState() != fleetcheckv1.ActionStatus_STATE_DONE {
 		t.Fatalf("inject: %s %q", st.GetState(), st.GetMessage())
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Two more heartbeats from the agent: connected for at least one
+	// heartbeat interval (500ms), past the 300ms revert_after.
+	beats := func() (n int) { c.get(func(c *fakeCoord) { n = c.heartbeats }); return n }
+	from := beats()
+	testwait.Until(t, 10*time.Second, "two heartbeats after the inject", func() bool { return beats() >= from+2 })
 	if !portDown(n) {
 		t.Fatal("reverted while the coordinator was there")
 	}

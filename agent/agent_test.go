@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"slices"
@@ -197,7 +198,12 @@ func TestKnownResultIDsDropFromSpool(t *testing.T) {
 	tn.serve(t, c)
 	ta2 := startAgent(t, cfg, &fakeHost{hang: map[snapshot.Source]bool{snapshot.SrcKernelLog: true}}, tn)
 	testwait.Until(t, 10*time.Second, "connected", func() bool { return c.connected() })
-	time.Sleep(200 * time.Millisecond)
+	// The welcome's known ids are dropped from the spool before anything is
+	// sent: once the agent has logged dropping all of them, none can be resent.
+	already := fmt.Sprintf(`"already_stored":%d`, len(spooled))
+	testwait.For(t, 10*time.Second, "the agent dropping the known results", func() (bool, string) {
+		return strings.Contains(ta2.logs.String(), already), ta2.logs.String()
+	})
 	ta2.stop()
 	c.get(func(c *fakeCoord) {
 		for _, id := range spooled {
