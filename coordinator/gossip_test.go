@@ -202,7 +202,15 @@ func TestGossipDeadDoesNotHideAFailure(t *testing.T) {
 	testwait.Until(t, 10*time.Second, "member alive", gossipSees(s, "gpu-001", membership.StateAlive))
 	gn.faults.Partition(p1.LocalMember().Addr)
 	testwait.Until(t, 15*time.Second, "member dead", gossipSees(s, "gpu-001", membership.StateDead))
-	time.Sleep(100 * time.Millisecond) // the event queue runs after the state change
+	// The pool's view changes before its event reaches the coordinator:
+	// wait until the node record took the death (the state is decided under
+	// the same lock), then see that it stayed failed.
+	testwait.Until(t, 10*time.Second, "the coordinator handling the death", func() bool {
+		e := s.reg.lookup("gpu-001")
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.gossip == membership.StateDead
+	})
 	if st := nodeOf(t, s, "gpu-001").State; st != StateFailed {
 		t.Errorf("a failed node gossip reports dead = %s, want failed (results are the stronger evidence)", st)
 	}
