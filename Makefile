@@ -7,6 +7,10 @@ LDFLAGS   := -X main.version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GOBIN_DIR := $(CURDIR)/bin/tools
+# Pinned linter, built from the Go module proxy with this tree's Go; the
+# binary's name carries the version, so a bump installs the new one.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT         := $(GOBIN_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 FUZZTIME  ?= 60s
 
 .PHONY: help build test test-short e2e e2e-short bench demo demo-bundles proto proto-check lint fuzz clean
@@ -65,15 +69,20 @@ demo: build ## the main job on the embedded default: a coordinator and 16 simula
 demo-bundles: build ## analyze the example support bundles (a healthy node and two broken ones)
 	./scripts/demo.sh
 
-lint: ## gofmt and go vet
+lint: $(GOLANGCI_LINT) ## gofmt, go vet and golangci-lint (.golangci.yml: staticcheck, errcheck, revive, depguard import rules)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
 
 fuzz: ## fuzz every parser for FUZZTIME each (default 60s)
 	./scripts/fuzz.sh $(FUZZTIME)
 
 clean:
 	rm -rf bin dist
+
+$(GOLANGCI_LINT):
+	GOBIN=$(GOBIN_DIR) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(GOBIN_DIR)/golangci-lint $@
 
 $(GOBIN_DIR)/protoc-gen-go:
 	GOBIN=$(GOBIN_DIR) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
