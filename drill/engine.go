@@ -189,11 +189,13 @@ func (e *Engine) preflight(ctx context.Context, spec *Spec, busy map[string]stri
 	}
 	var sick, away []string
 	for _, t := range targets {
+		// A disconnected node shows unreachable: that alone is "away";
+		// any other state but healthy is sick, connected or not.
 		switch {
-		case !t.Connected || t.State == "unreachable":
+		case t.State != "" && t.State != "healthy" && (t.Connected || t.State != "unreachable"):
+			sick = append(sick, fmt.Sprintf("%s (%s, connected=%v)", t.Name, t.State, t.Connected))
+		case !t.Connected:
 			away = append(away, t.Name)
-		case t.State != "" && t.State != "healthy":
-			sick = append(sick, fmt.Sprintf("%s (%s)", t.Name, t.State))
 		}
 	}
 	if len(sick) > 0 {
