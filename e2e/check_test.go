@@ -35,6 +35,7 @@ type checkOut struct {
 // reason, never hangs); then a check of the whole fleet passes on every
 // node, none skipped.
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, fleetOpts{nodes: 4, longTools: 3 * time.Second})
 	all := "gpu.inventory,gpu.ecc,ib.ports,nccl.allreduce"
 

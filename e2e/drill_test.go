@@ -65,12 +65,8 @@ func (f *fleet) waitDrill(id string, within time.Duration, what string, done fun
 // SIGKILLed after the inject (its simulated fault and its revert timer
 // outlive it). The drill must finish done, detected by ib.ports, with the
 // fault reverted on the node.
-//
-// -short leaves out the coordinator's kill: on main at the time of
-// writing a drill whose coordinator restarts aborts at once ("unexpected
-// state: non-target node ... is healthy and disconnected") because it
-// looks at the fleet before the agents are back.
 func TestDrill(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, fleetOpts{nodes: 4, labels: func(i int) map[string]string {
 		l := map[string]string{"sku": "h100", "rack": "r1"}
 		if i == 2 {
@@ -104,10 +100,7 @@ who: oncall@example.com
 		st := target.simState(t)
 		return len(st.Faults) == 1 && st.Faults[0].Kind == "ib_port_down" && st.Faults[0].HCA == "mlx5_4"
 	})
-
-	if !testing.Short() {
-		f.killCoordinator("while the drill watches the injected fault")
-	}
+	f.killCoordinator("while the drill watches the injected fault")
 	f.restartAgent("gpu-002", syscall.SIGKILL, "with the drill's fault in place")
 
 	d := f.waitDrill(id, 3*time.Minute, "the drill to finish", func(d drillDoc) bool { return d.State != "running" })

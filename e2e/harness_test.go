@@ -269,8 +269,8 @@ tls:
 			a.stop(t, syscall.SIGTERM)
 		}
 		f.coord.stop(t, syscall.SIGTERM)
+		t.Logf("kills and restarts: %s", strings.Join(f.kills, "; "))
 		if t.Failed() {
-			t.Logf("what the test did: %s", strings.Join(f.kills, "; "))
 			t.Logf("coordinator log (last lines):\n%s", f.coord.tail(40))
 			for _, a := range f.agents {
 				t.Logf("%s log (last lines):\n%s", a.node, a.tail(15))

@@ -94,6 +94,7 @@ func (f *fleet) waitRollout(id string, within time.Duration, what string, done f
 // rollout must complete with every node upgraded exactly once and none
 // skipped, and the rollback must bring every node back exactly once.
 func TestRollout(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, fleetOpts{nodes: 4, actionDelay: 3 * time.Second, longTools: 2 * time.Second})
 	full := !testing.Short()
 	waves, maxUnavailable := "[1, 2]", "2"

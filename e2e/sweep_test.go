@@ -63,6 +63,7 @@ func (f *fleet) waitSweep(id string, within time.Duration, what string, done fun
 // waiting for that run until test_timeout (the coordinator never sends
 // the work again on the agent's new stream).
 func TestSweep(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, fleetOpts{nodes: 4, longTools: 2 * time.Second})
 	// The slow node: its all_reduce at 60 % of its peers'.
 	slow := f.agent("gpu-003")
@@ -110,6 +111,7 @@ func TestSweep(t *testing.T) {
 // agent restarted: every node gets exactly one new version, from its own
 // measurement.
 func TestBaselineRecord(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, fleetOpts{nodes: 4})
 	res := jsonOf[checkOut](f, "check", "sku=h100", "--checks", "nccl.allreduce", "--timeout", "1m")
 	if res.Done != 4 || res.Failed != 0 {
