@@ -153,7 +153,7 @@ func (f *fleet) RunChecks(ctx context.Context, node string, names []string, opts
 	if err := sendTo(sess, msg); err != nil {
 		return nil, err
 	}
-	o, r, err := f.await(ctx, w, node, sess, timeout, false)
+	o, r, err := f.await(ctx, w, node, sess, timeout, false, msg)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +236,7 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 		joined = append(joined, p)
 	}
 	for _, p := range peers {
-		o, _, err := f.await(ctx, w, p.node, p, timeout, true)
+		o, _, err := f.await(ctx, w, p.node, p, timeout, true, nil)
 		if err == nil && o != nil {
 			err = fmt.Errorf("node %s ended its part before the run: %s: %s", p.node, o.GetStatus(), o.GetReason())
 		}
@@ -260,7 +260,7 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 		callOff(fmt.Sprintf("launcher %s could not be asked", launcher.node))
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	o, r, err := f.await(ctx, w, launcher.node, launcher, timeout, false)
+	o, r, err := f.await(ctx, w, launcher.node, launcher, timeout, false, nil)
 	if err == nil {
 		var rep *report.Report
 		if rep, err = reportOf(launcher.node, o, r); err == nil {
@@ -467,9 +467,26 @@ func sendTo(sess *session, m *pb.CoordinatorMessage) error {
 // await waits for node's outcome of w (or, with untilAccepted, for its
 // ACCEPTED). A lost stream is given three heartbeat intervals to come
 // back: the agent keeps running the work and delivers it on the new one.
-func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, timeout time.Duration, untilAccepted bool) (*pb.NodeOutcome, *store.Result, error) {
+// resend, when set, is the request, sent again on every new stream the
+// node comes back on: an agent that restarted has forgotten the work,
+// and one that did not answers a repeated work id without running it
+// twice (ACCEPTED while it runs, DONE with the result it has).
+func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, timeout time.Duration, untilAccepted bool,
+	resend *pb.CoordinatorMessage) (*pb.NodeOutcome, *store.Result, error) {
 	lost := f.watchStream(node, sess)
 	defer lost.stop()
+	sentOn := sess
+	again := func() {
+		if resend == nil || lost.cur == nil || lost.cur == sentOn {
+			return
+		}
+		sentOn = lost.cur
+		if err := sendTo(lost.cur, resend); err != nil {
+			f.s.log.Warn().Err(err).Str("node", node).Str("work_id", w.id).Msg("cannot send the work again on the node's new stream")
+			return
+		}
+		f.s.log.Info().Str("node", node).Str("work_id", w.id).Msg("work sent again on the node's new stream")
+	}
 	for {
 		accepted, o, r := w.state(node)
 		switch {
@@ -486,8 +503,10 @@ func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, 
 			if lost.expired() {
 				return nil, nil, fmt.Errorf("node %s: stream lost during the run and not back within %s: %w", node, lost.grace, campaign.ErrUnreachable)
 			}
+			again()
 		case <-lost.changed():
 			lost.check()
+			again()
 		case <-ctx.Done():
 			return nil, nil, f.deadlineError(ctx, node, "work "+w.id, accepted, timeout)
 		case <-f.s.stopping:

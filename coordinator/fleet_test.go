@@ -414,3 +414,34 @@ func TestFleetTimeoutAndLostStream(t *testing.T) {
 		t.Error("a node named twice was accepted")
 	}
 }
+
+// TestFleetWorkSentAgainAfterAgentRestart: an agent that accepts a run
+// and restarts (it forgets the work) comes back within the grace on a new
+// stream; the work is sent to it again there and the call gets its
+// report. It used to wait for the old stream's answer until its timeout.
+func TestFleetWorkSentAgainAfterAgentRestart(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, t.TempDir(), func(c *Config) { c.HeartbeatInterval = time.Second })
+	f := s.Fleet()
+	ctx := context.Background()
+	restarted := make(chan *fakeAgent, 1)
+	mustConnect(t, s, "gpu-forgets", onRun(func(a *fakeAgent, rc *pb.RunChecks) {
+		a.workStatus(rc.GetWorkId(), pb.WorkStatus_STATE_ACCEPTED, "", "")
+		a.close() // the process dies with the work
+		restarted <- mustConnect(t, s, "gpu-forgets", onRun(func(b *fakeAgent, rc *pb.RunChecks) {
+			b.workStatus(rc.GetWorkId(), pb.WorkStatus_STATE_ACCEPTED, "", "")
+			r := result("gpu-forgets", false)
+			r.WorkId = rc.GetWorkId()
+			b.sendResult(r)
+		}))
+	}))
+	start := time.Now()
+	rep, err := f.RunChecks(ctx, "gpu-forgets", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("run across the agent's restart: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+	}
+	if rep.Check("gpu.ecc") == nil {
+		t.Errorf("report without gpu.ecc: %+v", rep)
+	}
+	<-restarted
+}
