@@ -28,6 +28,10 @@ type FaultNetwork struct {
 	once    sync.Once
 	dropped atomic.Uint64
 	refused atomic.Uint64
+	// Counts of what did pass, so a test can wait until gossip ran rather
+	// than sleep and hope it did.
+	delivered atomic.Uint64
+	dialed    atomic.Uint64
 }
 
 // NewFaultNetwork returns a FaultNetwork with no partition. Close it after
@@ -62,6 +66,12 @@ func (f *FaultNetwork) Dropped() uint64 { return f.dropped.Load() }
 
 // Refused counts the stream connections refused so far.
 func (f *FaultNetwork) Refused() uint64 { return f.refused.Load() }
+
+// Delivered counts the packets passed on to a member.
+func (f *FaultNetwork) Delivered() uint64 { return f.delivered.Load() }
+
+// Dialed counts the streams (push-pull, joins) opened between members.
+func (f *FaultNetwork) Dialed() uint64 { return f.dialed.Load() }
 
 // Close stops the goroutines that keep draining stopped members' transports.
 func (f *FaultNetwork) Close() {
@@ -197,6 +207,7 @@ func (t *faultTransport) DialAddressTimeout(a memberlist.Address, timeout time.D
 		t.net.refused.Add(1)
 		return nil, fmt.Errorf("fault network: %s unreachable from %s", a.Addr, t.selfAddr())
 	}
+	t.net.dialed.Add(1)
 	return t.inner.DialAddressTimeout(a, timeout)
 }
 
@@ -238,6 +249,7 @@ func (t *faultTransport) forwardPackets() {
 			}
 			select {
 			case t.packets <- p:
+				t.net.delivered.Add(1)
 			default:
 				t.net.dropped.Add(1)
 			}

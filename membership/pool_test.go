@@ -189,7 +189,12 @@ func TestPartitionStaysWithoutRejoin(t *testing.T) {
 	// The control for the test above: memberlist alone does not merge the
 	// two sides once each holds the other dead.
 	mc := partitionScenario(t, -1, false)
-	time.Sleep(1500 * time.Millisecond)
+	// Every member has had push-pull rounds since the heal (each opens a
+	// stream to a live member every interval): had memberlist a way to
+	// merge the sides, it has had the chance.
+	dialed := mc.faults.Dialed()
+	testwait.Value(t, 10*time.Second, "two push-pull rounds of every member after the heal", mc.faults.Dialed,
+		func(n uint64) bool { return n >= dialed+2*uint64(len(mc.pools)) })
 	if !stateIs(mc.pools[0], StateDead, "n2", "n3") {
 		t.Fatalf("memberlist merged the sides by itself, so the rejoin tests prove nothing: %+v", mc.pools[0].Members())
 	}
@@ -230,8 +235,10 @@ func TestKeyringRotationKeepsMembers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Five probe intervals on the new key alone.
-	time.Sleep(time.Second)
+	// Five probe rounds on the new key alone (a ping and its ack each).
+	delivered := mc.faults.Delivered()
+	testwait.Value(t, 10*time.Second, "five probe rounds on the new key", mc.faults.Delivered,
+		func(n uint64) bool { return n >= delivered+10*uint64(len(members)) })
 
 	mc.waitAlive(t, upTo(pool)...)
 	for i, p := range members {
