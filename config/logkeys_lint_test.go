@@ -30,6 +30,18 @@ var zerologKeyed = map[string]bool{
 
 var snakeKey = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
 
+// A number logged under a key naming a time span says its unit in the
+// key, as .Dur fields do (took_ms); a duration logged as text ("4m")
+// carries its own.
+var (
+	spanWord   = regexp.MustCompile(`(^|_)(timeout|interval|elapsed|took|duration|latency|grace|backoff|delay|wait|age)(_|$)`)
+	unitSuffix = regexp.MustCompile(`_(ns|us|ms|s|min|h)$`)
+)
+
+func isNumber(method string) bool {
+	return strings.HasPrefix(method, "Int") || strings.HasPrefix(method, "Uint") || strings.HasPrefix(method, "Float")
+}
+
 // unstableKeys are names that the same thing was logged under somewhere,
 // mapped to the one key agent and coordinator logs use for it, so a
 // search for work_id finds a piece of work on both sides.
@@ -125,6 +137,8 @@ func logKeyProblems(f *ast.File) []logKeyProblem {
 			p.why = "log key " + strconv.Quote(key) + ": use " + unstableKeys[key]
 		case key == "error" && sel.Sel.Name == "Str" && isErrorCall(call.Args[1]):
 			p.why = `.Str("error", err.Error()): use .Err(err)`
+		case isNumber(sel.Sel.Name) && spanWord.MatchString(key) && !unitSuffix.MatchString(key):
+			p.why = "log key " + strconv.Quote(key) + " holds a time span as a number: name its unit (" + key + "_ms)"
 		}
 		out = append(out, p)
 		return true
@@ -178,6 +192,8 @@ func TestLogKeyProblems(t *testing.T) {
 			[]string{`log key "work": use work_id`, `log key "result": use result_id`}},
 		{"error text", `log.Warn().Str("error", err.Error()).Msg("x")`, []string{`.Str("error", err.Error()): use .Err(err)`}},
 		{"stored error string", `log.Warn().Str("error", t.Error).Msg("x")`, []string{""}},
+		{"span without unit", `log.Info().Int64("timeout", n).Float64("duration_s", d).Str("grace", g.String()).Msg("x")`,
+			[]string{`log key "timeout" holds a time span as a number: name its unit (timeout_ms)`, "", ""}},
 		{"cobra flag is no log field", `cmd.Flags().Int("maxBytes", 0, "usage")`, nil},
 		{"key from a variable", `log.Info().Str(k, v).Msg("x")`, nil},
 	}
