@@ -225,3 +225,28 @@ func TestStartWhileAgentAwayNeverBack(t *testing.T) {
 		t.Fatalf("gpu-003 upgraded %d times", c)
 	}
 }
+
+// TestAwayAtPlanHoldsMaxUnavailable: a node planned while its agent is
+// away is out of service until it reconnects. With max_unavailable 1 the
+// rollout waits and says why, rather than taking a second node out; once
+// the agent is back every node is upgraded.
+func TestAwayAtPlanHoldsMaxUnavailable(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 3)
+	h.fleet.set("gpu-003", func(n *fnode) { n.disconnect = true })
+	spec := waveSpec()
+	spec.MaxUnavailable = Count(1)
+	id := h.start(spec)
+	for range 20 { // 400s of virtual time: past the grace too
+		h.step()
+	}
+	s := h.status(id)
+	if c := h.fleet.upgradeCalls(); len(c) != 0 || !strings.Contains(s.Blocked, "max unavailable reached: 1 of 3") {
+		t.Fatalf("upgrades %v blocked %q", c, s.Blocked)
+	}
+	h.fleet.set("gpu-003", func(n *fnode) { n.disconnect = false })
+	s = h.runUntil(id, 300, settled)
+	if s.Phase != PhaseCompleted || s.Counts[Done] != 3 || s.Incomplete != "" {
+		t.Fatalf("phase %s counts %v incomplete %q", s.Phase, s.Counts, s.Incomplete)
+	}
+}
