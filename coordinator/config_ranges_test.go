@@ -82,3 +82,31 @@ func TestCoordinatorConfigRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroTakesTheDefault: a 0 the config takes as the default is marked
+// "or 0" in docs/coordinator-config.md, so an operator reading "1..36500"
+// does not think retention_days: 0 is refused (or deletes everything).
+func TestZeroTakesTheDefault(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/coordinator-config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key, zero string
+		isDefault func(Config) bool
+	}{
+		{"retention_days", "0", func(c Config) bool { return c.RetentionDays == DefaultRetentionDays }},
+		{"heartbeat_interval", "0s", func(c Config) bool { return c.HeartbeatInterval == DefaultHeartbeatInterval }},
+		{"send_queue", "0", func(c Config) bool { return c.SendQueue == DefaultSendQueue }},
+	} {
+		cfg, err := ParseConfig([]byte("data_dir: /var/lib/fleetcheck\ninsecure: true\n" + c.key + ": " + c.zero + "\n"))
+		if err != nil || !c.isDefault(cfg) {
+			t.Errorf("%s: 0 gave %+v, %v; want the default", c.key, cfg, err)
+		}
+		i := strings.Index(string(doc), "| `"+c.key+"`")
+		if row, _, _ := strings.Cut(string(doc)[max(i, 0):], "\n"); i < 0 || !strings.Contains(row, ", or 0 |") {
+			t.Errorf("%s: 0 takes the default, but the doc's row does not say \"or 0\": %q", c.key, row)
+		}
+	}
+}
