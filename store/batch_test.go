@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/report"
@@ -226,41 +227,46 @@ func TestSameIDTwiceInOneBatch(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(fmt.Sprint(tc.senders), func(t *testing.T) {
 			t.Parallel()
-			// A long linger puts the three in one transaction.
-			s := open(t, t.TempDir(), func(o *Options) { o.BatchDelay = 500 * time.Millisecond })
-			defer s.Close()
-			got := make([]string, len(tc.senders))
-			var wg sync.WaitGroup
-			for i, node := range tc.senders {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					time.Sleep(time.Duration(i) * 40 * time.Millisecond) // arrive in order
-					a, err := s.Ingest(context.Background(), fullResult("same", node, time.Now(), nil))
-					switch {
-					case errors.Is(err, ErrIDConflict):
-						got[i] = "conflict"
-					case err != nil:
-						got[i] = err.Error()
-					case a.Duplicate:
-						got[i] = "dup"
-					default:
-						got[i] = "new"
-					}
-				}()
-			}
-			wg.Wait()
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Errorf("got %v, want %v", got, tc.want)
-			}
-			if st := s.Stats(); st.Batches != 1 {
-				t.Logf("%d batches: the case did not land in one transaction", st.Batches)
-			}
-			r, err := s.Result(context.Background(), "same")
-			if err != nil || r.Node != tc.senders[0] {
-				t.Errorf("stored %+v %v, want it %s's", r, err, tc.senders[0])
+			// In a synctest bubble the senders' staggered sleeps and the
+			// batch linger run on the bubble's clock: the three arrive in
+			// order and within one linger however loaded the machine is.
+			synctest.Test(t, func(t *testing.T) { sameIDTwice(t, tc.senders, tc.want) })
+		})
+	}
+}
+
+func sameIDTwice(t *testing.T, senders, want []string) {
+	// A long linger puts the three in one transaction.
+	s := open(t, t.TempDir(), func(o *Options) { o.BatchDelay = 500 * time.Millisecond })
+	defer s.Close()
+	got := make([]string, len(senders))
+	var wg sync.WaitGroup
+	for i, node := range senders {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 40 * time.Millisecond) // arrive in order
+			a, err := s.Ingest(context.Background(), fullResult("same", node, time.Now(), nil))
+			switch {
+			case errors.Is(err, ErrIDConflict):
+				got[i] = "conflict"
+			case err != nil:
+				got[i] = err.Error()
+			case a.Duplicate:
+				got[i] = "dup"
+			default:
+				got[i] = "new"
 			}
 		})
+	}
+	wg.Wait()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if st := s.Stats(); st.Batches != 1 {
+		t.Logf("%d batches: the case did not land in one transaction", st.Batches)
+	}
+	r, err := s.Result(context.Background(), "same")
+	if err != nil || r.Node != senders[0] {
+		t.Errorf("stored %+v %v, want it %s's", r, err, senders[0])
 	}
 }
 
