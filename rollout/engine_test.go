@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/drain"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 func TestHealthyRolloutInWaves(t *testing.T) {
@@ -563,20 +565,16 @@ func TestRunOnWallClock(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.For(t, 20*time.Second, "the rollout completed", func() (bool, string) {
 		s, err := eng.Status(id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Phase == PhaseCompleted {
-			break
+		if s.Phase != PhaseCompleted && settled(s) {
+			t.Fatalf("settled short of completed: phase %s paused %v counts %v", s.Phase, s.Paused, s.Counts)
 		}
-		if time.Now().After(deadline) || settled(s) {
-			t.Fatalf("phase %s paused %v counts %v", s.Phase, s.Paused, s.Counts)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return s.Phase == PhaseCompleted, fmt.Sprintf("phase %s paused %v counts %v", s.Phase, s.Paused, s.Counts)
+	})
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v", err)
