@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -292,8 +293,11 @@ func TestGossipKeyRotationKeepsMembers(t *testing.T) {
 				t.Errorf("%v: %s holds %d keys, want %d", o, n, len(p.Keys()), wantKeys)
 			}
 		}
-		// Several probe rounds pass with every member still alive.
-		time.Sleep(time.Second)
+		// Five probe rounds (a ping and its ack each, every member) pass
+		// with every member still alive.
+		delivered := gn.faults.Delivered()
+		testwait.Value(t, 10*time.Second, fmt.Sprintf("%v: five probe rounds", o), gn.faults.Delivered,
+			func(n uint64) bool { return n >= delivered+10*uint64(len(names)+1) })
 		if !allAlive() {
 			t.Fatalf("%v: members lost: %+v", o, s.GossipPool().Members())
 		}
