@@ -558,8 +558,11 @@ func TestStateDirLocked(t *testing.T) {
 	t.Parallel()
 	tn := &testNet{}
 	cfg := testConfig(t)
-	startAgent(t, cfg, &fakeHost{}, tn)
-	time.Sleep(50 * time.Millisecond)
+	first := startAgent(t, cfg, &fakeHost{}, tn)
+	// The first agent logs its start once it holds the state dir.
+	testwait.Until(t, 10*time.Second, "the first agent started", func() bool {
+		return strings.Contains(first.logs.String(), "agent starting")
+	})
 	a, err := New(cfg, &fakeHost{}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
