@@ -213,9 +213,23 @@ func (e *Engine) preflight(ctx context.Context, spec *Spec, busy map[string]stri
 		return refuse(ErrFleetDegraded, "%d of %d nodes failed, degraded or unreachable (%.1f%%; limit %.1f%%%s): %s",
 			len(p.Degraded), len(all), share*100, spec.FleetHealth.MaxDegradedShare*100, nodeLimit(spec.FleetHealth.MaxDegradedNodes), abbreviate(p.Degraded, 10))
 	}
-	if spec.Expect.OutOfService && p.Breaker.Limit >= 0 && p.Breaker.Drained+len(targets) > p.Breaker.Limit {
-		return p, fmt.Errorf("%w: %w: %w: %d nodes drained within %s, the drill expects %d more, limit %d",
-			ErrRefused, ErrBreaker, campaign.ErrBreakerOpen, p.Breaker.Drained, p.Breaker.Window, len(targets), p.Breaker.Limit)
+	if spec.Expect.OutOfService && p.Breaker.Limit >= 0 {
+		// The breaker counts a node drained again within its window once:
+		// only targets not in the window yet take a slot.
+		inWindow := map[string]bool{}
+		for _, r := range e.breaker.Records() {
+			inWindow[r.Node] = true
+		}
+		more := 0
+		for _, t := range targets {
+			if !inWindow[t.Name] {
+				more++
+			}
+		}
+		if p.Breaker.Drained+more > p.Breaker.Limit {
+			return p, fmt.Errorf("%w: %w: %w: %d nodes drained within %s, the drill expects %d more, limit %d",
+				ErrRefused, ErrBreaker, campaign.ErrBreakerOpen, p.Breaker.Drained, p.Breaker.Window, more, p.Breaker.Limit)
+		}
 	}
 	return p, nil
 }

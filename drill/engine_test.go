@@ -191,6 +191,26 @@ func TestRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("breaker counts a node drained again once", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, 8, "gpu-001")
+		br, err := campaign.NewBreaker(campaign.BreakerConfig{Window: time.Hour, MaxCount: 1}, h.fleet.clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The window is full with the target itself (a rollout upgraded it):
+		// draining it again takes no new slot, as Breaker.Allow says.
+		if err := br.Allow("rollout-1", "gpu-001", 8); err != nil {
+			t.Fatal(err)
+		}
+		h.eng = h.newEngine(br)
+		if _, err := h.eng.Start(ctx, h.spec("{fault: ib-port-down, targets: name=gpu-001, expect: {out_of_service: true}}")); err != nil {
+			t.Fatalf("refused although the target is already in the window: %v", err)
+		}
+		if err := br.Allow("drill", "gpu-001", 8); err != nil {
+			t.Fatalf("the breaker itself: %v", err)
+		}
+	})
 	t.Run("no targets", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, 2)
