@@ -84,23 +84,14 @@ func (f *fleet) waitRollout(id string, within time.Duration, what string, done f
 // TestRollout: a canary and two waves to a new driver, then a rollback of
 // them all, through `fleetcheck rollout`. The coordinator is SIGKILLed
 // while the canary's upgrade action runs and again in the middle of the
-// rollback; a later wave's agent is stopped cleanly and restarted before
-// its turn. The full suite has two waves after the canary ([1, 2]), kills
-// a wave-2 agent when wave 1 starts and the wave-1 agent while its node is
-// validated; -short has one wave ([3]) and leaves those two kills out: on
-// main at the time of writing an agent killed in the middle of a
-// requested run leaves the coordinator waiting for that run until the
-// state's deadline (the work is never sent again on the new stream). The
+// rollback; both wave-2 agents are restarted before their turn (one
+// stopped cleanly, one killed when wave 1 starts) and the wave-1 agent is
+// SIGKILLed while its node is validated. The
 // rollout must complete with every node upgraded exactly once and none
 // skipped, and the rollback must bring every node back exactly once.
 func TestRollout(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, fleetOpts{nodes: 4, actionDelay: 3 * time.Second, longTools: 2 * time.Second})
-	full := !testing.Short()
-	waves, maxUnavailable := "[1, 2]", "2"
-	if !full {
-		waves, maxUnavailable = "[3]", "3" // one wave fewer: the 15 s polls add up
-	}
 	spec := f.specFile("rollout.yaml", `
 name: r550
 selector: "sku=h100"
@@ -109,8 +100,8 @@ action: driver-upgrade
 rollback_action: driver-rollback
 canary: 1
 canary_nodes: [gpu-001]
-waves: `+waves+`
-max_unavailable: `+maxUnavailable+`
+waves: [1, 2]
+max_unavailable: 2
 approval: auto
 connect_grace: 2m
 deadlines: {upgrading: 1m, rebooting: 2m, validating: 1m}
@@ -127,30 +118,28 @@ validation:
 	})
 	f.killCoordinator("while the canary's driver upgrade runs")
 
-	// 2. A later wave's agents restarted before their turn: one stopped
-	// cleanly (now), one killed (full: when wave 1 starts). They are
-	// waited for, never skipped.
+	// 2. Wave-2 agents restarted before their turn: one stopped cleanly
+	// (now), one killed (when wave 1 starts). They are waited for, never
+	// skipped.
 	f.restartAgent("gpu-004", syscall.SIGTERM, "before its wave")
-	if full {
-		f.waitRollout(id, 2*time.Minute, "wave 1 started", func(d rolloutDoc) bool {
-			return d.node("gpu-002").State != "pending" || d.Phase != "running"
-		})
-		f.restartAgent("gpu-003", syscall.SIGKILL, "when wave 1 starts, before its own wave")
+	f.waitRollout(id, 2*time.Minute, "wave 1 started", func(d rolloutDoc) bool {
+		return d.node("gpu-002").State != "pending" || d.Phase != "running"
+	})
+	f.restartAgent("gpu-003", syscall.SIGKILL, "when wave 1 starts, before its own wave")
 
-		// 3. The wave-1 agent killed while its node is validated.
-		d := f.waitRollout(id, 3*time.Minute, "the wave-1 node validating", func(d rolloutDoc) bool {
-			return d.node("gpu-002").State == "validating" || d.Phase == "halted" || d.Phase == "completed"
-		})
-		if d.node("gpu-002").State == "validating" {
-			f.restartAgent("gpu-002", syscall.SIGKILL, "while its node is validated")
-		} else {
-			t.Errorf("gpu-002 not seen validating: %s", d.summary())
-		}
+	// 3. The wave-1 agent killed while its node is validated.
+	d := f.waitRollout(id, 3*time.Minute, "the wave-1 node validating", func(d rolloutDoc) bool {
+		return d.node("gpu-002").State == "validating" || d.Phase == "halted" || d.Phase == "completed"
+	})
+	if d.node("gpu-002").State == "validating" {
+		f.restartAgent("gpu-002", syscall.SIGKILL, "while its node is validated")
+	} else {
+		t.Errorf("gpu-002 not seen validating: %s", d.summary())
 	}
 
 	// Finished, or stopped with a reason: halted, or paused on an
 	// inconclusive inspection (waiting for an operator).
-	d := f.waitRollout(id, 4*time.Minute, "the rollout to finish", func(d rolloutDoc) bool {
+	d = f.waitRollout(id, 4*time.Minute, "the rollout to finish", func(d rolloutDoc) bool {
 		return d.Phase == "completed" || d.Phase == "halted" || d.Phase == "aborted" || d.Paused
 	})
 	t.Logf("rollout %s ended %s (halt reason %q)", id, d.summary(), d.HaltReason)
