@@ -564,6 +564,22 @@ type simFault struct {
 	GPU  int    `json:"gpu"`
 }
 
+// requestedRuns counts the requested runs the agent started that include
+// check, over every run of it.
+func (a *agentProc) requestedRuns(check string) int {
+	n := 0
+	for _, l := range a.logLines("running requested checks") {
+		cs, _ := l["checks"].([]any)
+		for _, c := range cs {
+			if c == check {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
 // ackedIDs are the result ids the agent logged as acknowledged by the
 // coordinator, over every run of it.
 func (a *agentProc) ackedIDs() []string {

@@ -127,19 +127,21 @@ validation:
 	})
 	f.restartAgent("gpu-003", syscall.SIGKILL, "when wave 1 starts, before its own wave")
 
-	// 3. The wave-1 agent killed while its node is validated.
-	d := f.waitRollout(id, 3*time.Minute, "the wave-1 node validating", func(d rolloutDoc) bool {
-		return d.node("gpu-002").State == "validating" || d.Phase == "halted" || d.Phase == "completed"
+	// 3. The wave-1 agent killed while its node is validated: after its
+	// upgrade, as soon as its agent starts the validation's checks.
+	f.waitRollout(id, 3*time.Minute, "the wave-1 node rebooting", func(d rolloutDoc) bool {
+		return d.node("gpu-002").State == "rebooting" || d.Phase == "halted" || d.Phase == "completed"
 	})
-	if d.node("gpu-002").State == "validating" {
-		f.restartAgent("gpu-002", syscall.SIGKILL, "while its node is validated")
-	} else {
-		t.Errorf("gpu-002 not seen validating: %s", d.summary())
-	}
+	wave1 := f.agent("gpu-002")
+	before := wave1.requestedRuns("ib.ports")
+	testwait.Until(t, 2*time.Minute, "gpu-002's validation running", func() bool {
+		return wave1.requestedRuns("ib.ports") > before
+	})
+	f.restartAgent("gpu-002", syscall.SIGKILL, "while its node is validated")
 
 	// Finished, or stopped with a reason: halted, or paused on an
 	// inconclusive inspection (waiting for an operator).
-	d = f.waitRollout(id, 4*time.Minute, "the rollout to finish", func(d rolloutDoc) bool {
+	d := f.waitRollout(id, 4*time.Minute, "the rollout to finish", func(d rolloutDoc) bool {
 		return d.Phase == "completed" || d.Phase == "halted" || d.Phase == "aborted" || d.Paused
 	})
 	t.Logf("rollout %s ended %s (halt reason %q)", id, d.summary(), d.HaltReason)
