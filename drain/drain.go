@@ -45,6 +45,10 @@ type Status struct {
 	// RunningJobs counts work still running on the node: Slurm jobs, or
 	// Kubernetes pods that a drain evicts (DaemonSet and mirror pods left out).
 	RunningJobs int `json:"running_jobs"`
+	// State is the scheduler's own word for the node, lower case and
+	// without flags: Slurm's "idle", "allocated", "mixed", "drained",
+	// "draining", "down"; empty where the adapter has none.
+	State string `json:"state,omitempty"`
 }
 
 // Adapter takes nodes out of service and back.

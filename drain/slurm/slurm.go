@@ -211,7 +211,7 @@ func parseSinfo(out string) (map[string]drain.Status, error) {
 		if strings.EqualFold(reason, "none") || reason == "(null)" {
 			reason = ""
 		}
-		st := drain.Status{Drained: outOfService(state), Reason: reason}
+		st := drain.Status{Drained: outOfService(state), Reason: reason, State: stateWord(state)}
 		st.ByFleetcheck = st.Drained && drain.Ours(reason)
 		nodes[name] = st
 	}
@@ -231,6 +231,12 @@ func outOfService(state string) bool {
 		}
 	}
 	return false
+}
+
+// stateWord is sinfo's extended state without its flag suffixes
+// ("drained*" → "drained", "mixed+drain" stays).
+func stateWord(state string) string {
+	return strings.TrimRight(strings.ToLower(strings.TrimSpace(state)), "*~#!%$@^-")
 }
 
 // cleanReason keeps a reason on one line and within the length Slurm
