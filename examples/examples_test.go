@@ -66,6 +66,8 @@ var claims = []claim{
 	{"deploy/deb/coordinator.yaml", "cmd/fleetcheck-package/package_test.go", "TestPackagesInstallAndUpgrade"},
 	{"deploy/prometheus/fleetcheck-rules.yml", "deploy/prometheus/rules_test.go", "TestRulesParse"},
 	{"deploy/prometheus/fleetcheck-rules.test.yml", "deploy/prometheus/rules_test.go", "TestPromtool"},
+	{"deploy/helm/fleetcheck/**", "deploy/helm/chart_test.go", "TestChartRenders"},
+	{"deploy/helm/fleetcheck/files/fleetcheck-rules.yml", "deploy/helm/chart_test.go", "TestPrometheusRuleIsShippedRules"},
 }
 
 // matches reports whether a claim's pattern covers rel.
