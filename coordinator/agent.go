@@ -665,6 +665,7 @@ func (s *Server) applyResult(x *session, r *store.Result) {
 	e.merge(r)
 	policy := s.drainPolicy()
 	why := policy.observe(e, r)
+	s.conditions().observe(e, r)
 	if e.sess == nil {
 		return // the stream is gone: unreachable wins
 	}

@@ -161,7 +161,8 @@ type campaigns struct {
 	matrix  string // configured compatibility matrix file
 	bl      *baselines.Store
 	breaker *campaign.Breaker
-	policy  *drainPolicy // nil when the drain policy is off
+	policy  *drainPolicy     // nil when the drain policy is off
+	conds   *conditionWriter // nil unless the drain adapter writes node conditions
 	sweep   *sweep.Engine
 	rollout *rollout.Engine
 	burnin  *burnin.Engine
@@ -256,6 +257,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	} else {
 		c.log.Warn().Err(err).Msg("drain policy drains not restored into the breaker")
 	}
+	c.conds = newConditionWriter(c.ctx, adapter, c.log)
 	if p := s.cfg.Drain.Policy; p.Enabled() {
 		c.policy = newDrainPolicy(c.ctx, s, p, adapter, s.cfg.Drain.Adapter, c.breaker, c.log)
 		c.log.Info().Strs("actions", p.Actions).Strs("codes", p.Codes).Str("adapter", c.policy.via).Msg("drain policy on")
@@ -345,6 +347,7 @@ func (c *campaigns) stop() error {
 	}
 	c.wg.Wait()
 	c.policy.wait()
+	c.conds.wait()
 	return c.db.Close()
 }
 
@@ -953,6 +956,14 @@ func (c *campaigns) DrillAbort(ctx context.Context, req *pb.CampaignRef) (*pb.Do
 		return nil, campaignErr(op, err)
 	}
 	return jsonDoc(op, d)
+}
+
+// conditions is the node condition writer; nil unless drains go through Kubernetes.
+func (s *Server) conditions() *conditionWriter {
+	if s.camp == nil {
+		return nil
+	}
+	return s.camp.conds
 }
 
 // drainPolicy is the running drain policy; nil when it is off.
