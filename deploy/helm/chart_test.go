@@ -204,6 +204,9 @@ func TestChartRenders(t *testing.T) {
 		check  func(t *testing.T, r rendered)
 	}{
 		{"defaults", "", base, func(t *testing.T, r rendered) {
+			if !strings.Contains(r.configs["agent.yaml"], "coordinator: fc-fleetcheck-coordinator.gpu-health.svc:7443\n") {
+				t.Errorf("agents do not dial the coordinator Service:\n%s", r.configs["agent.yaml"])
+			}
 			ds := find[*appsv1.DaemonSet](t, r)
 			ps := ds.Spec.Template.Spec
 			if ps.RuntimeClassName != nil {
@@ -319,6 +322,14 @@ func TestChartRenders(t *testing.T) {
 				t.Errorf("agent.config did not reach agent.yaml:\n%s", r.configs["agent.yaml"])
 			}
 		}},
+		{"agents of a node pool only", "coordinator: {enabled: false}\nagent: {coordinator: \"coord.gpu-health.svc:7443\", tls: {secretName: pool-b-nodes}}", []string{"ConfigMap", "DaemonSet"}, func(t *testing.T, r rendered) {
+			if !strings.Contains(r.configs["agent.yaml"], "coordinator: coord.gpu-health.svc:7443\n") {
+				t.Errorf("agent.coordinator did not reach agent.yaml:\n%s", r.configs["agent.yaml"])
+			}
+			if s := secretOf(find[*appsv1.DaemonSet](t, r).Spec.Template.Spec.Volumes, "tls"); s != "pool-b-nodes" {
+				t.Errorf("agent TLS secret %q", s)
+			}
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -343,6 +354,10 @@ func TestChartRenders(t *testing.T) {
 			// The configs the chart writes load as the binaries load them.
 			if _, err := agent.ParseConfig([]byte(r.configs["agent.yaml"])); err != nil {
 				t.Errorf("agent.yaml: %v\n%s", err, r.configs["agent.yaml"])
+			}
+			if _, ok := r.configs["coordinator.yaml"]; !ok {
+				tc.check(t, r)
+				return
 			}
 			cc, err := coordinator.ParseConfig([]byte(r.configs["coordinator.yaml"]))
 			if err != nil {
