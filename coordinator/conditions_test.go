@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	k8sdrain "github.com/fleetcheck/fleetcheck/drain/kubernetes"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
 // TestNodeConditionsFollowResults: with the Kubernetes adapter, a node's
@@ -50,11 +52,35 @@ func TestNodeConditionsFollowResults(t *testing.T) {
 		t.Errorf("NCCL condition %+v written with no nccl result", c)
 	}
 
+	// A later result of another GPU check alone does not clear the
+	// failing gpu.ecc: the area counts each check's newest status.
+	xid := result("gpu-001", false)
+	xid.Full = false
+	xid.Checks = []*pb.CheckResult{{Name: "gpu.xid", Status: "pass"}}
+	a.sendResult(xid)
+	a.ack(5 * time.Second)
+	// A stream's results apply in order: once this one's IB change shows,
+	// the gpu.xid result before it was applied.
+	ib := result("gpu-001", false)
+	ib.Full = false
+	ib.Checks = []*pb.CheckResult{{Name: "ib.ports", Status: "fail", Findings: []*pb.Finding{{Severity: "fail", Component: "mlx5_0/1", Code: "IB_PORT_DOWN", Message: "port down", Action: "reseat"}}}}
+	a.sendResult(ib)
+	a.ack(5 * time.Second)
+	testwait.Until(t, 5*time.Second, "IB condition False", func() bool {
+		return cond(k8sdrain.ConditionIB).Status == corev1.ConditionFalse
+	})
+	if gpu := cond(k8sdrain.ConditionGPU); gpu.Status != corev1.ConditionFalse || !strings.Contains(gpu.Message, "gpu.ecc") {
+		t.Errorf("a passing gpu.xid cleared a failing gpu.ecc: %+v", gpu)
+	}
+
 	a.sendResult(result("gpu-001", false))
 	a.ack(5 * time.Second)
-	testwait.Until(t, 5*time.Second, "GPU condition True", func() bool {
-		return cond(k8sdrain.ConditionGPU).Status == corev1.ConditionTrue
+	testwait.Until(t, 5*time.Second, "GPU and IB conditions True", func() bool {
+		return cond(k8sdrain.ConditionGPU).Status == corev1.ConditionTrue && cond(k8sdrain.ConditionIB).Status == corev1.ConditionTrue
 	})
+	if gpu := cond(k8sdrain.ConditionGPU); gpu.Message != "fleetcheck: gpu.ecc, gpu.xid passed" {
+		t.Errorf("GPU condition %+v", gpu)
+	}
 	n, _ := cs.CoreV1().Nodes().Get(context.Background(), "gpu-001", metav1.GetOptions{})
 	if n.Spec.Unschedulable || len(n.Spec.Taints) > 0 {
 		t.Errorf("no drain policy, yet the node was cordoned: %+v", n.Spec)
