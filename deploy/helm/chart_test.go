@@ -81,6 +81,7 @@ type rendered struct {
 	typed   []runtime.Object
 	crds    []*unstructured.Unstructured
 	configs map[string]string // ConfigMap key → content
+	notes   string            // what helm install prints
 }
 
 func render(t *testing.T, values string) (rendered, error) {
@@ -105,7 +106,7 @@ func render(t *testing.T, values string) (rendered, error) {
 	}
 	strict := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
 		kjson.SerializerOptions{Yaml: true, Strict: true})
-	out := rendered{configs: map[string]string{}}
+	out := rendered{configs: map[string]string{}, notes: files[chartDir+"/templates/NOTES.txt"]}
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
@@ -204,6 +205,11 @@ func TestChartRenders(t *testing.T) {
 		check  func(t *testing.T, r rendered)
 	}{
 		{"defaults", "", base, func(t *testing.T, r rendered) {
+			for _, want := range []string{"Secret fleetcheck-nodes", "Secret fleetcheck-coordinator-tls", "port-forward svc/fc-fleetcheck-coordinator 7443"} {
+				if !strings.Contains(r.notes, want) {
+					t.Errorf("NOTES.txt lacks %q:\n%s", want, r.notes)
+				}
+			}
 			if !strings.Contains(r.configs["agent.yaml"], "coordinator: fc-fleetcheck-coordinator.gpu-health.svc:7443\n") {
 				t.Errorf("agents do not dial the coordinator Service:\n%s", r.configs["agent.yaml"])
 			}
@@ -317,6 +323,9 @@ func TestChartRenders(t *testing.T) {
 			}
 			if !jobs["fleetcheck-coordinator"] || !jobs["fleetcheck-agent"] {
 				t.Errorf("scrape jobs %v", jobs)
+			}
+			if !strings.Contains(r.notes, "from cert-manager (ClusterIssuer fleet-ca)") {
+				t.Errorf("NOTES.txt does not name the issuer:\n%s", r.notes)
 			}
 			if !strings.Contains(r.configs["agent.yaml"], "interval: 2m") {
 				t.Errorf("agent.config did not reach agent.yaml:\n%s", r.configs["agent.yaml"])
