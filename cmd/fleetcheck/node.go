@@ -31,6 +31,7 @@ type nodeFlags struct {
 	disruptive bool
 	configFile string
 	stateFile  string
+	slurm      slurmFlags
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
@@ -38,13 +39,14 @@ func (f *nodeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.checks, "checks", nil, "run only these checks (comma separated; see `fleetcheck checks`)")
 	cmd.Flags().StringVar(&f.configFile, "config", "", "expectations and limits (YAML, see docs/config.md)")
 	cmd.Flags().StringVar(&f.stateFile, "state", "", "keep counter and Xid state in this file so the next run reports what is new")
+	f.slurm.register(cmd)
 }
 
 func (f *nodeFlags) validate() error {
 	if f.output != "table" && f.output != "json" {
 		return fmt.Errorf("-o must be table or json, not %q", f.output)
 	}
-	return nil
+	return f.slurm.validate()
 }
 
 func (f *nodeFlags) loadConfig() (*config.Config, error) {
@@ -123,7 +125,13 @@ func inspectHost(cmd *cobra.Command, h host.Host, cfg *config.Config, f *nodeFla
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res := inspect.Run(ctx, h, inspect.Options{Config: cfg, Checks: list, Prev: prev})
+	checksCtx := ctx
+	if f.slurm.enabled {
+		var end func()
+		checksCtx, end = f.slurm.start(ctx, cmd.ErrOrStderr())
+		defer end()
+	}
+	res := inspect.Run(checksCtx, h, inspect.Options{Config: cfg, Checks: list, Prev: prev})
 	if f.stateFile != "" {
 		if err := saveState(f.stateFile, res.State); err != nil {
 			return err
@@ -131,6 +139,11 @@ func inspectHost(cmd *cobra.Command, h host.Host, cfg *config.Config, f *nodeFla
 	}
 	if err := writeReport(cmd.OutOrStdout(), f.output, &res.Report); err != nil {
 		return err
+	}
+	if f.slurm.enabled {
+		if err := f.slurm.apply(ctx, cmd.ErrOrStderr(), &res.Report); err != nil {
+			return err
+		}
 	}
 	if res.Report.Failed() {
 		return errChecksFailed

@@ -152,3 +152,44 @@ func TestRealSlurm(t *testing.T) {
 		}
 	})
 }
+
+// TestRealSlurmHealthCheck is HealthCheck, NHC's rules, against the real
+// daemons: drain on failure, resume only its own drain, and leave
+// someone else's alone whatever the run found.
+func TestRealSlurmHealthCheck(t *testing.T) {
+	c := slurmtest.Start(t, slurmtest.Config{})
+	a := New(Options{Env: c.Env, Timeout: 20 * time.Second})
+	ctx := context.Background()
+	node := slurmtest.NodeName
+	steps := []struct {
+		name       string
+		operator   string // scontrol state= an operator sets first
+		failure    string
+		want       Outcome
+		state      string
+		wantReason string
+	}{
+		{"healthy in service", "", "", InService, "IDLE", ""},
+		{"failing drains", "", "gpu.ecc: GPU3 ECC_DBE", Drained, "IDLE+DRAIN", "fleetcheck: gpu.ecc: GPU3 ECC_DBE"},
+		{"still failing keeps the first reason", "", "ib.link: mlx5_0/1 down", StillDrained, "IDLE+DRAIN", "fleetcheck: gpu.ecc: GPU3 ECC_DBE"},
+		{"healthy resumes its own drain", "", "", Resumed, "IDLE", ""},
+		{"operator's drain, healthy: kept", "drain", "", NotOurs, "IDLE+DRAIN", "operator: reseat GPU5"},
+		{"operator's drain, failing: reason kept", "", "gpu.ecc: GPU3 ECC_DBE", NotOurs, "IDLE+DRAIN", "operator: reseat GPU5"},
+	}
+	for _, s := range steps {
+		if s.operator != "" {
+			c.MustRun("scontrol", "update", "nodename="+node, "state="+s.operator, "reason=operator: reseat GPU5")
+		}
+		got, _, err := a.HealthCheck(ctx, node, s.failure)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		state, reason := c.Node()
+		if got != s.want || state != s.state || reason != s.wantReason {
+			t.Fatalf("%s: %s, State=%s Reason=%q; want %s, State=%s Reason=%q", s.name, got, state, reason, s.want, s.state, s.wantReason)
+		}
+	}
+	if _, _, err := a.HealthCheck(ctx, "fc-node[1-2]", "x"); !errors.Is(err, drain.ErrInvalidNode) {
+		t.Fatalf("HealthCheck of a hostlist: %v, want ErrInvalidNode", err)
+	}
+}
