@@ -80,6 +80,9 @@ type Engine struct {
 	mu       sync.Mutex
 	running  map[string]*Progress
 	progress sync.Mutex // serializes OnProgress
+	// waits: since when a test's node has waited for its agent (in memory:
+	// a restarted coordinator gives every agent a fresh grace).
+	waits campaign.ConnectWaits
 }
 
 // actorClock is a virtual clock that must know which goroutines take part.
@@ -449,16 +452,22 @@ func (e *Engine) runWave(ctx context.Context, rec *Record, tests []TestRecord, i
 // When ctx ends before the run returns the test stays "running" in the
 // store, so a resumed sweep runs it again.
 func (e *Engine) runTest(ctx context.Context, rec *Record, t *TestRecord, prog *Progress) error {
+	away, err := e.awaitTurn(ctx, rec, t, prog)
+	if err != nil {
+		return err
+	}
+	if len(away) > 0 {
+		return e.notRun(ctx, rec, t, prog, away)
+	}
 	t.State = TestRunning
 	t.Attempts++
 	t.Started, t.Ended = e.clock.Now(), time.Time{}
-	t.Outcome, t.GBps, t.Baseline, t.Deviation, t.Band, t.Error, t.Lost = "", 0, nil, 0, 0, "", nil
+	t.Outcome, t.GBps, t.Baseline, t.Deviation, t.Band, t.Error, t.Lost, t.NotRun = "", 0, nil, 0, 0, "", nil, false
 	if err := e.cfg.Store.SaveTest(ctx, rec.ID, *t); err != nil {
 		return fmt.Errorf("sweep %s: record test %d started: %w", rec.ID, t.Seq, err)
 	}
 	opts := campaign.RunOptions{Timeout: time.Duration(rec.Spec.TestTimeout)}
 	var rep *report.Report
-	var err error
 	if len(t.Nodes) == 1 {
 		rep, err = e.cfg.Fleet.RunChecks(ctx, t.Nodes[0], []string{checkAllReduce}, opts)
 	} else {
@@ -481,6 +490,84 @@ func (e *Engine) runTest(ctx context.Context, rec *Record, t *TestRecord, prog *
 	ev.Str("campaign", rec.ID).Str("node", strings.Join(t.Nodes, ",")).Int("test", t.Seq).
 		Str("purpose", string(t.Purpose)).Str("outcome", string(t.Outcome)).Float64("gbps", t.GBps).
 		Float64("deviation", t.Deviation).Str("error", t.Error).Msg("test finished")
+	e.testDone(prog, t)
+	return nil
+}
+
+// awaitTurn waits, when a test's turn comes, for the agents of its nodes
+// to be connected, each up to the spec's connect grace from the moment it
+// was first found away (decided afresh now, not from the listing the plan
+// was made from). After a coordinator restart the agents reconnect with
+// backoff: a resumed sweep must not run, and lose, its tests before they
+// are back. It returns the nodes still away when the grace ran out.
+func (e *Engine) awaitTurn(ctx context.Context, rec *Record, t *TestRecord, prog *Progress) ([]string, error) {
+	grace := rec.Spec.connectGrace()
+	defer e.setWaiting(prog, t, "")
+	for {
+		var away []string
+		var since time.Time
+		over := true
+		now := e.clock.Now()
+		for _, name := range t.Nodes {
+			key := rec.ID + "/" + name
+			n, ok, err := campaign.LookupNode(ctx, e.cfg.Fleet, name)
+			if err == nil && ok && n.Connected {
+				e.waits.Done(key)
+				continue
+			}
+			if err != nil && ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			s, o := e.waits.Wait(key, now, grace)
+			away = append(away, name)
+			if since.IsZero() || s.Before(since) {
+				since = s
+			}
+			over = over && o
+		}
+		if len(away) == 0 {
+			return nil, nil
+		}
+		if over {
+			for _, name := range away {
+				e.waits.Done(rec.ID + "/" + name)
+			}
+			return away, nil
+		}
+		e.setWaiting(prog, t, fmt.Sprintf("test %d (%s): %s", t.Seq, strings.Join(away, ", "), campaign.WaitingNote(since, grace)))
+		if err := e.sleep(ctx, min(reconnectPoll, since.Add(grace).Sub(now))); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// setWaiting shows (or, with "", clears) the wait of test t in the live
+// progress.
+func (e *Engine) setWaiting(prog *Progress, t *TestRecord, note string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prefix := fmt.Sprintf("test %d ", t.Seq)
+	if note == "" {
+		if strings.HasPrefix(prog.Waiting, prefix) {
+			prog.Waiting = ""
+		}
+		return
+	}
+	prog.Waiting = note
+}
+
+// notRun records a test whose nodes did not come back within the grace:
+// it was not run, and its away nodes are lost (unreachable, never passed).
+func (e *Engine) notRun(ctx context.Context, rec *Record, t *TestRecord, prog *Progress, away []string) error {
+	now := e.clock.Now()
+	t.State, t.Ended, t.NotRun = TestDone, now, true
+	t.Outcome, t.GBps, t.Baseline, t.Deviation, t.Band, t.Lost = OutUnreachable, 0, nil, 0, 0, away
+	t.Error = campaign.GaveUpNote(rec.Spec.connectGrace()) + " for test " + fmt.Sprint(t.Seq) + "; not run"
+	if err := e.cfg.Store.SaveTest(context.WithoutCancel(ctx), rec.ID, *t); err != nil {
+		return fmt.Errorf("sweep %s: record test %d not run: %w", rec.ID, t.Seq, err)
+	}
+	e.log.Info().Str("campaign", rec.ID).Str("node", strings.Join(away, ",")).Int("test", t.Seq).
+		Str("outcome", string(t.Outcome)).Str("error", t.Error).Msg("test not run: agents not connected")
 	e.testDone(prog, t)
 	return nil
 }
@@ -647,14 +734,43 @@ func (e *Engine) finish(ctx context.Context, rec *Record, tests []TestRecord, a 
 	}
 	rep := buildReport(rec, tests, verdicts, passed, skipped, drains, now)
 	rep.State = StateDone
+	rep.Incomplete = incomplete(rec, rep, covered)
 	rep.Coverage = finishCoverage(rec.Coverage, rec.selected(), last, now)
 	if err := e.cfg.Store.Finish(ctx, rec.ID, StateDone, "", rep, covered, now); err != nil {
 		return nil, fmt.Errorf("finish sweep %s: %w", rec.ID, err)
 	}
 	e.log.Info().Str("campaign", rec.ID).Int("verdicts", len(rep.Verdicts)).Int("passed", len(rep.Passed)).
-		Int("rounds", rep.RoundCount).Int("allreduce_runs", rep.AllReduceRuns).Float64("duration_s", rep.DurationS).
+		Str("incomplete", rep.Incomplete).Int("rounds", rep.RoundCount).Int("allreduce_runs", rep.AllReduceRuns).Float64("duration_s", rep.DurationS).
 		Msg("sweep done")
 	return rep, nil
+}
+
+// incomplete says why a finished sweep could not test its nodes, or ""
+// when it measured at least one: a sweep with nothing measured ends done
+// but must not read as a healthy fleet.
+func incomplete(rec *Record, rep *Report, covered []string) string {
+	sel := len(rec.selected())
+	if len(covered) > 0 || sel == 0 {
+		return ""
+	}
+	parts := []string{}
+	if n := rep.Counts[Unreachable]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d unreachable (agents not connected; waited up to %v)", n, rec.Spec.connectGrace()))
+	}
+	if n := len(rep.Skipped); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d skipped", n))
+	}
+	if n := len(rec.Deferred); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d deferred", n))
+	}
+	if n := rep.Counts[Inconclusive]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d inconclusive", n))
+	}
+	why := ""
+	if len(parts) > 0 {
+		why = ": " + strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("could not test: no all_reduce measured on any of the %d selected nodes%s", sel, why)
 }
 
 // selected is every node the selector matched when the sweep started.
@@ -860,7 +976,11 @@ func (e *Engine) Status(ctx context.Context, id string) (Progress, error) {
 	if err != nil {
 		return Progress{}, err
 	}
-	return progressOf(&rec, tests), nil
+	p := progressOf(&rec, tests)
+	if rec.Report != nil {
+		p.Incomplete = rec.Report.Incomplete
+	}
+	return p, nil
 }
 
 // Summary is one line of a sweep listing.
@@ -874,6 +994,8 @@ type Summary struct {
 	Ended    time.Time    `json:"ended,omitzero"`
 	Counts   map[Kind]int `json:"counts,omitempty"`
 	Error    string       `json:"error,omitempty"`
+	// Incomplete: the sweep ended done without measuring any node (why).
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // List summarises stored sweeps, newest first.
@@ -887,7 +1009,7 @@ func (e *Engine) List(ctx context.Context) ([]Summary, error) {
 		out[i] = Summary{ID: r.ID, State: r.State, Phase: r.Phase, Selector: r.Spec.Selector,
 			Nodes: len(r.Nodes), Created: r.Created, Ended: r.Ended, Error: r.Error}
 		if full, err := e.cfg.Store.Sweep(ctx, r.ID); err == nil && full.Report != nil {
-			out[i].Counts = full.Report.Counts
+			out[i].Counts, out[i].Incomplete = full.Report.Counts, full.Report.Incomplete
 		}
 	}
 	return out, nil

@@ -108,6 +108,10 @@ type Report struct {
 	Coverage Coverage      `json:"coverage"`
 	Drains   []DrainRecord `json:"drains,omitempty"`
 	Progress *Progress     `json:"progress,omitempty"` // while running
+	// Incomplete, on a done sweep, says why it could not test: no node
+	// was measured (every one unreachable, skipped or in error). Such a
+	// sweep is no evidence of a healthy fleet.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // Progress is where a running sweep stands.
@@ -124,9 +128,12 @@ type Progress struct {
 	Pairs      int    `json:"pairs_done"` // every multi-node test, rounds 2 and 3
 	PairsAll   int    `json:"pairs_total"`
 	Nodes      int    `json:"nodes"`
-	// Waiting says why the sweep has not begun its first round (agents
-	// not connected yet, within the connect grace).
+	// Waiting says what the sweep waits for: agents not connected yet,
+	// within the connect grace (before the first round, or when a test's
+	// turn comes, as after a coordinator restart).
 	Waiting string `json:"waiting,omitempty"`
+	// Incomplete: as Report.Incomplete, for a done sweep.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 func evidenceOf(t *TestRecord) Evidence {
@@ -212,9 +219,12 @@ func buildVerdicts(rec *Record, a *analysis) ([]Verdict, []string, []Skip) {
 				skipped = append(skipped, Skip{Node: n, Reason: "agent refused disruptive tests mid-sweep: " + t.Error})
 				continue
 			}
+			reason := "agent disconnected during test " + fmt.Sprint(t.Seq)
+			if t.NotRun {
+				reason = t.Error
+			}
 			verdicts = append(verdicts, Verdict{Subject: n, SubjectKind: SubjectNode, Verdict: Unreachable,
-				Threshold: thr, Nodes: []string{n}, Reason: "agent disconnected during test " + fmt.Sprint(t.Seq),
-				Evidence: []Evidence{evidenceOf(t)}})
+				Threshold: thr, Nodes: []string{n}, Reason: reason, Evidence: []Evidence{evidenceOf(t)}})
 			continue
 		}
 		c := a.callNode(n)

@@ -159,6 +159,9 @@ type TestRecord struct {
 	Error     string     `json:"error,omitempty"`
 	// Lost names nodes found disconnected (unreachable) or busy (refused).
 	Lost []string `json:"lost,omitempty"`
+	// NotRun: the test never started, its Lost nodes' agents were not
+	// connected within the connect grace after its turn came.
+	NotRun bool `json:"not_run,omitempty"`
 }
 
 // DrainState is a drain request's life stage.

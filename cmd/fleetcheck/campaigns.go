@@ -386,6 +386,12 @@ func newSweepCmd() *cobra.Command {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", p.ID, p.State, orDash(string(p.Phase)), p.Round,
 						progressBar(cmd.OutOrStdout(), p.WaveDone, p.WaveTotal), progressBar(cmd.OutOrStdout(), p.Singles, p.SinglesAll),
 						progressBar(cmd.OutOrStdout(), p.Pairs, p.PairsAll), p.Nodes)
+					if p.Incomplete != "" {
+						fmt.Fprintf(w, "incomplete: %s\n", p.Incomplete)
+					}
+					if p.Waiting != "" {
+						fmt.Fprintf(w, "waiting: %s\n", p.Waiting)
+					}
 					return nil
 				})
 			})
@@ -408,6 +414,9 @@ func sweepReportTable(w io.Writer, r sweep.Report) error {
 		len(r.Passed), r.AllReduceRuns, config.FormatDuration(time.Duration(r.DurationS*float64(time.Second)).Round(time.Second)))
 	if r.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", r.Error)
+	}
+	if r.Incomplete != "" {
+		fmt.Fprintf(w, "incomplete: %s\n", r.Incomplete)
 	}
 	if len(r.Verdicts) == 0 {
 		fmt.Fprintln(w, "no slow node, pair or link")
@@ -500,7 +509,11 @@ func newSweepListCmd() *cobra.Command {
 				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), func(w io.Writer, l []sweep.Summary) error {
 					fmt.Fprintln(w, "ID\tSTATE\tPHASE\tSELECTOR\tNODES\tCREATED\tVERDICTS")
 					for _, s := range l {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.State, orDash(string(s.Phase)), orDash(s.Selector),
+						state := string(s.State)
+						if s.Incomplete != "" {
+							state += " (incomplete)"
+						}
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, state, orDash(string(s.Phase)), orDash(s.Selector),
 							s.Nodes, shortTime(s.Created), countsLine(s.Counts))
 					}
 					return nil

@@ -80,6 +80,23 @@ func TestSweepReportTable(t *testing.T) {
 	golden(t, "sweep-report", got)
 }
 
+// A sweep that measured nothing says so under its first line: done is not
+// a healthy fleet here.
+func TestSweepReportTableIncomplete(t *testing.T) {
+	t.Parallel()
+	why := "agent not connected: waited 2m0s after its turn came for test 5; not run"
+	r := sweep.Report{
+		ID: "sweep-20260302-020000", State: sweep.StateDone, Tested: 2, DurationS: 361, Passed: []string{},
+		Incomplete: "could not test: no all_reduce measured on any of the 2 selected nodes: 2 unreachable (agents not connected; waited up to 2m0s)",
+		Verdicts: []sweep.Verdict{
+			{Subject: "gpu-001", SubjectKind: "node", Verdict: sweep.Unreachable, Reason: why},
+			{Subject: "gpu-002", SubjectKind: "node", Verdict: sweep.Unreachable, Reason: why},
+		},
+	}
+	got := table(t, func(w, _ *bytes.Buffer) error { return sweepReportTable(w, r) })
+	golden(t, "sweep-report-incomplete", got)
+}
+
 // `rollout plan` lists a node whose agent is away in its wave and says it
 // will be waited for; exclusions follow.
 func TestRolloutPlanTable(t *testing.T) {
