@@ -53,6 +53,8 @@ var claims = []claim{
 	{"deploy/actions/fleetcheck-kill-workload", "deploy/scripts_test.go", "TestKillWorkloadWrapper"},
 	{"deploy/slurm/fleetcheck-prolog", "deploy/scripts_test.go", "TestSlurmProlog"},
 	{"deploy/slurm/fleetcheck-epilog", "deploy/scripts_test.go", "TestSlurmEpilog"},
+	{"deploy/slurm/fleetcheck-healthcheck", "cmd/fleetcheck/slurm_test.go", "TestHealthCheckProgramUnderSlurmd"},
+	{"deploy/slurm/slurm.conf.example", "cmd/fleetcheck/slurm_test.go", "TestHealthCheckProgramUnderSlurmd"},
 	{"deploy/systemd/fleetcheck-agent.service", "deploy/systemd/units_test.go", "TestAgentCanDoItsJob"},
 	{"deploy/systemd/fleetcheck-agent.service", "cmd/fleetcheck-package/package_test.go", "TestPackagesInstallAndUpgrade"},
 	{"deploy/systemd/fleetcheck-healthcheck.service", "cmd/fleetcheck-package/package_test.go", "TestPackagesInstallAndUpgrade"},

@@ -173,7 +173,7 @@ func TestPackagesInstallAndUpgrade(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(root, cfg.StateDir)); err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("state dir %s: %v %v, want 0700", cfg.StateDir, st, err)
 	}
-	for _, w := range []string{"actions/fleetcheck-driver", "actions/fleetcheck-kmsg-xid", "slurm/fleetcheck-prolog", "slurm/fleetcheck-epilog"} {
+	for _, w := range []string{"actions/fleetcheck-driver", "actions/fleetcheck-kmsg-xid", "slurm/fleetcheck-prolog", "slurm/fleetcheck-epilog", "slurm/fleetcheck-healthcheck"} {
 		if st, err := os.Stat(filepath.Join(root, "usr/lib/fleetcheck", w)); err != nil || st.Mode().Perm() != 0o755 {
 			t.Errorf("wrapper %s: %v", w, err)
 		}

@@ -144,11 +144,15 @@ func TestAnalyzeSlurmDeadline(t *testing.T) {
 	}
 }
 
-// TestHealthCheckProgramUnderSlurmd has the real slurmd run the fleetcheck
-// binary as its HealthCheckProgram, with slurmd's bare environment (no
-// PATH): the node drains while the bundle fails and comes back once it
-// passes, and an operator's drain outlasts healthy runs.
+// TestHealthCheckProgramUnderSlurmd has the real slurmd run the shipped
+// deploy/slurm/fleetcheck-healthcheck as its HealthCheckProgram, with
+// slurmd's bare environment: the node drains while the bundle fails and
+// comes back once it passes, and an operator's drain outlasts healthy runs.
+// The wrapper's fleetcheck-node is this test binary judging a bundle the
+// test picks (a shim turns `run --slurm ARGS` into `analyze --slurm ARGS
+// BUNDLE`); the slurm.conf lines are deploy/slurm/slurm.conf.example's.
 func TestHealthCheckProgramUnderSlurmd(t *testing.T) {
+	exampleSlurmConf(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +161,7 @@ func TestHealthCheckProgramUnderSlurmd(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bundleFile, runs := filepath.Join(dir, "bundle"), filepath.Join(dir, "runs")
+	bundleFile, runs, logFile := filepath.Join(dir, "bundle"), filepath.Join(dir, "runs"), filepath.Join(dir, "log")
 	cfg, err := filepath.Abs(filepath.Join(examples, "node-config.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -173,23 +177,46 @@ func TestHealthCheckProgramUnderSlurmd(t *testing.T) {
 		}
 	}
 	setBundle("h100-xid79-ecc")
-	wrapper := filepath.Join(dir, "healthcheck")
-	// slurm.conf's HealthCheckProgram takes no arguments: this wrapper
-	// stands for `/usr/bin/fleetcheck-node run --slurm`, reading the
-	// bundle the test chose. SLURM_CONF points scontrol at the test cluster.
-	script := fmt.Sprintf("#!/bin/sh\nexport %s=1 SLURM_CONF=%s/slurm.conf\n%q analyze --slurm --config %q \"$(cat %q)\" >>%q 2>&1\necho $? >>%q\n",
-		asMainEnv, "$CLUSTER", self, cfg, bundleFile, filepath.Join(dir, "log"), runs)
-	c := slurmtest.Start(t, slurmtest.Config{HealthCheckProgram: wrapper, HealthCheckInterval: 1})
-	script = strings.Replace(script, "$CLUSTER", c.Dir, 1)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+
+	// The shipped wrapper, reading its settings from a test env file.
+	wrapperSrc, err := os.ReadFile(filepath.Join("..", "..", "deploy", "slurm", "fleetcheck-healthcheck"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	const envFile = "/etc/fleetcheck/healthcheck.env"
+	if !strings.Contains(string(wrapperSrc), "env_file="+envFile) {
+		t.Fatalf("fleetcheck-healthcheck no longer reads %s", envFile)
+	}
+	wrapper := filepath.Join(dir, "fleetcheck-healthcheck")
+	write := func(p, body string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(wrapper, strings.Replace(string(wrapperSrc), "env_file="+envFile, "env_file="+filepath.Join(dir, "healthcheck.env"), 1))
+	shim := filepath.Join(dir, "fleetcheck-node")
+	write(filepath.Join(dir, "healthcheck.env"), fmt.Sprintf("FLEETCHECK_NODE=%s\nFLEETCHECK_ARGS=\"--config %s\"\n", shim, cfg))
+
+	c := slurmtest.Start(t, slurmtest.Config{HealthCheckProgram: wrapper, HealthCheckInterval: 1})
+	write(shim, fmt.Sprintf(`#!/bin/sh
+if [ "$1 $2" != "run --slurm" ] || [ -z "$PATH" ]; then
+	echo "shim: want run --slurm and a PATH, got '$*' PATH='$PATH'" >>%[1]q
+	echo 99 >>%[2]q
+	exit 99
+fi
+shift
+export %[3]s=1 SLURM_CONF=%[4]q
+%[5]q analyze "$@" "$(cat %[6]q)" >>%[1]q 2>&1
+echo $? >>%[2]q
+`, logFile, runs, asMainEnv, c.Conf, self, bundleFile))
+
 	countRuns := func() int {
 		data, _ := os.ReadFile(runs)
 		return strings.Count(string(data), "\n")
 	}
 	logTail := func() string {
-		data, _ := os.ReadFile(filepath.Join(dir, "log"))
+		data, _ := os.ReadFile(logFile)
 		s := string(data)
 		return s[max(0, len(s)-2000):]
 	}
@@ -215,5 +242,55 @@ func TestHealthCheckProgramUnderSlurmd(t *testing.T) {
 	})
 	if state, reason := c.Node(); state != "IDLE+DRAIN" || reason != "operator: reseat GPU5" {
 		t.Fatalf("health checks touched the operator's drain: State=%s Reason=%q\n%s", state, reason, logTail())
+	}
+	if data, _ := os.ReadFile(runs); strings.Contains(string(data), "99") {
+		t.Fatalf("the wrapper ran fleetcheck-node wrongly:\n%s", logTail())
+	}
+}
+
+// exampleSlurmConf reads deploy/slurm/slurm.conf.example: the programs it
+// names are the shipped scripts at the package's path, and fleetcheck's
+// default deadline fits in its HealthCheckInterval.
+func exampleSlurmConf(t *testing.T) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "slurm", "slurm.conf.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := map[string]string{}
+	for _, l := range strings.Split(string(data), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || strings.ContainsAny(v, " \t") {
+			t.Fatalf("slurm.conf.example: %q is not Key=Value (Slurm takes no arguments after a program)", l)
+		}
+		conf[k] = v
+	}
+	for key, script := range map[string]string{"HealthCheckProgram": "fleetcheck-healthcheck", "Prolog": "fleetcheck-prolog", "Epilog": "fleetcheck-epilog"} {
+		if want := "/usr/lib/fleetcheck/slurm/" + script; conf[key] != want {
+			t.Errorf("slurm.conf.example %s=%q, want %s (where the package installs it)", key, conf[key], want)
+		}
+		if _, err := os.Stat(filepath.Join("..", "..", "deploy", "slurm", script)); err != nil {
+			t.Errorf("slurm.conf.example names %s: %v", script, err)
+		}
+	}
+	interval, err := time.ParseDuration(conf["HealthCheckInterval"] + "s")
+	if err != nil || interval <= defaultSlurmDeadline+watchdogSlack {
+		t.Errorf("slurm.conf.example HealthCheckInterval=%q: want seconds above fleetcheck's %s deadline", conf["HealthCheckInterval"], defaultSlurmDeadline)
+	}
+	return conf
+}
+
+func TestSlurmDefaultPath(t *testing.T) {
+	t.Setenv("PATH", "")
+	f := slurmFlags{enabled: true, node: "gpu-001", deadline: defaultSlurmDeadline}
+	if err := f.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := os.Getenv("PATH"); got != defaultPath {
+		t.Fatalf("PATH = %q under slurmd's empty environment, want %q", got, defaultPath)
 	}
 }
