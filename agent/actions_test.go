@@ -17,6 +17,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/sim"
+	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // actionsYAML is the actions part of the test agents' config, as an
@@ -642,5 +643,35 @@ func TestMultiNodeBackToBack(t *testing.T) {
 	}
 	if chk := resultOf(t, c, "p5").GetChecks()[0]; chk.GetStatus() != "pass" {
 		t.Errorf("last peer side: %s %q", chk.GetStatus(), chk.GetReason())
+	}
+}
+
+// TestPassAfterActionSaysSo: the quick pass right after an action says
+// after_action, the schedule's own say schedule, a requested run request:
+// a drill times detection by the schedule only (a real fault triggers no
+// pass), and the kick leaves the schedule's beat alone.
+func TestPassAfterActionSaysSo(t *testing.T) {
+	t.Parallel()
+	tn := &testNet{}
+	c := newFakeCoord()
+	tn.serve(t, c)
+	cfg := actionTestConfig(t, "gpu-001")
+	cfg.Interval = config.Duration(time.Hour) // only the start pass and the kicked one
+	startAgent(t, cfg, &recHost{}, tn)
+	testwait.Until(t, 10*time.Second, "the start pass stored", func() bool { return c.stored() == 1 })
+	c.send(t, runAction("a1", "driver-upgrade", map[string]string{"version": "550.54.15"}, 0, 0))
+	if st := waitAction(t, c, "a1"); st.GetState() != fleetcheckv1.ActionStatus_STATE_DONE {
+		t.Fatalf("a1: %s %q", st.GetState(), st.GetMessage())
+	}
+	testwait.Until(t, 10*time.Second, "the pass after the action stored", func() bool { return c.stored() == 2 })
+	var got []*fleetcheckv1.Result
+	c.get(func(c *fakeCoord) {
+		for _, r := range c.results {
+			got = append(got, r)
+		}
+	})
+	slices.SortFunc(got, func(a, b *fleetcheckv1.Result) int { return strings.Compare(a.GetId(), b.GetId()) })
+	if got[0].GetTrigger() != wire.TriggerSchedule || got[1].GetTrigger() != wire.TriggerAfterAction {
+		t.Errorf("triggers %q, %q: want schedule, after_action", got[0].GetTrigger(), got[1].GetTrigger())
 	}
 }

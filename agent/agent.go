@@ -39,6 +39,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/membership"
 	"github.com/fleetcheck/fleetcheck/pki"
 	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // ErrStateDirInUse: another agent holds the state directory.
@@ -308,13 +309,17 @@ func lockDir(dir string) (func(), error) {
 func (a *Agent) schedule(ctx context.Context) {
 	t := time.NewTicker(time.Duration(a.cfg.Interval))
 	defer t.Stop()
+	trigger := wire.TriggerSchedule
 	for {
-		a.quickPass(ctx)
+		a.quickPass(ctx, trigger)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			trigger = wire.TriggerSchedule
 		case <-a.kick:
+			// A kick leaves the ticker alone: the schedule keeps its beat.
+			trigger = wire.TriggerAfterAction
 		}
 	}
 }
@@ -322,7 +327,7 @@ func (a *Agent) schedule(ctx context.Context) {
 // quickPass runs the enabled passive checks, spools the result, then keeps
 // the state for the next pass. Spool first: a crash between the two then
 // re-reports an event instead of losing it.
-func (a *Agent) quickPass(ctx context.Context) {
+func (a *Agent) quickPass(ctx context.Context, trigger string) {
 	if len(a.passive) == 0 {
 		return
 	}
@@ -332,6 +337,7 @@ func (a *Agent) quickPass(ctx context.Context) {
 	prev := a.state
 	a.mu.Unlock()
 	r, next := a.inspect(pctx, a.passive, prev, "")
+	r.Trigger = trigger
 	if ctx.Err() != nil {
 		return // stopping: a pass cut short says nothing about the node
 	}
@@ -377,9 +383,19 @@ func (a *Agent) inspectOn(ctx context.Context, h host.Host, cfg *config.Config, 
 		Started:  started,
 		Finished: finished,
 		Full:     full,
+		Trigger:  triggerOf(workID),
 		Report:   res.Report,
 	}
 	return r, res.State
+}
+
+// triggerOf is a pass's trigger as its work id tells it: the schedule's
+// passes say so themselves when kicked (quickPass).
+func triggerOf(workID string) string {
+	if workID != "" {
+		return wire.TriggerRequest
+	}
+	return wire.TriggerSchedule
 }
 
 // store puts a result in the spool, durably, before anything is sent.

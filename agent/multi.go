@@ -269,7 +269,7 @@ func (a *Agent) reportPeer(p *endedPeer, em *fleetcheckv1.EndMulti, status repor
 	}
 	rep := report.Report{Node: a.cfg.Node, Inventory: inv, Checks: []report.CheckResult{cr}}
 	rep.Summarize()
-	r := &Result{ID: NewResultID(now), Node: a.cfg.Node, WorkID: p.workID, Started: now, Finished: now, Report: rep}
+	r := &Result{ID: NewResultID(now), Node: a.cfg.Node, WorkID: p.workID, Trigger: wire.TriggerRequest, Started: now, Finished: now, Report: rep}
 	if w == nil {
 		w = &workItem{id: p.workID}
 	}

@@ -20,7 +20,8 @@ type Result struct {
 	WorkID   string        `json:"work_id,omitempty"` // empty for the agent's own schedule
 	Started  time.Time     `json:"started"`
 	Finished time.Time     `json:"finished"`
-	Full     bool          `json:"full"` // every passive check ran
+	Full     bool          `json:"full"`              // every passive check ran
+	Trigger  string        `json:"trigger,omitempty"` // wire.Trigger*: what started the pass
 	Report   report.Report `json:"report"`
 }
 
@@ -41,6 +42,7 @@ func NewResultID(now time.Time) string {
 func (r *Result) toProto() *fleetcheckv1.Result {
 	return wire.ResultToProto(wire.Meta{
 		ID: r.ID, Node: r.Node, WorkID: r.WorkID, Started: r.Started, Finished: r.Finished, Full: r.Full,
+		Trigger: r.Trigger,
 	}, &r.Report)
 }
 

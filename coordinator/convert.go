@@ -22,6 +22,7 @@ func resultFromProto(r *pb.Result) store.Result {
 		Finished: m.Finished,
 		Status:   rep.Status,
 		Full:     m.Full,
+		Trigger:  m.Trigger,
 		Checks:   rep.Checks,
 	}
 	if r.GetInventory() != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/campaign"
 	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // The coordinator's fleet keeps what agents report on their own schedule
@@ -18,8 +19,9 @@ var _ campaign.Observer = (*fleet)(nil)
 const observeRows = 64
 
 // Observed returns each named check's latest result on node that the
-// agent ran on its own schedule (no work id: not a campaign's request)
-// and that finished at or after since.
+// agent ran on its own schedule (no work id: not a campaign's request;
+// not the pass after an action, which a real fault never triggers) and
+// that finished at or after since.
 func (f *fleet) Observed(ctx context.Context, node string, checks []string, since time.Time) ([]campaign.Observation, error) {
 	db := f.s.Store()
 	if db == nil {
@@ -35,7 +37,7 @@ func (f *fleet) Observed(ctx context.Context, node string, checks []string, sinc
 			if r.Finished.Before(since) {
 				break
 			}
-			if r.WorkID == "" {
+			if scheduled(r) {
 				out = append(out, campaign.Observation{Check: r.Check, At: r.Finished})
 				break
 			}
@@ -44,9 +46,22 @@ func (f *fleet) Observed(ctx context.Context, node string, checks []string, sinc
 	return out, nil
 }
 
+// scheduled: the agent's schedule ran the pass. An old agent says nothing
+// ("") and its passes without a work id count as scheduled: there is no
+// better signal.
+func scheduled(r store.StoredCheck) bool {
+	switch r.Trigger {
+	case wire.TriggerSchedule:
+		return true
+	case "":
+		return r.WorkID == ""
+	}
+	return false
+}
+
 // CheckInterval is the longest gap between the node's latest scheduled
-// results (0 with fewer than two): an agent also runs a pass when kicked
-// (after an action), which only ever shortens a gap, never lengthens it.
+// results (0 with fewer than two); passes after an action are left out
+// (an old agent's still shorten a gap, never lengthen it).
 func (f *fleet) CheckInterval(ctx context.Context, node string) (time.Duration, error) {
 	db := f.s.Store()
 	if db == nil {
@@ -59,7 +74,7 @@ func (f *fleet) CheckInterval(ctx context.Context, node string) (time.Duration, 
 	var times []time.Time
 	seen := map[string]bool{}
 	for _, r := range rows {
-		if r.WorkID != "" || seen[r.ResultID] {
+		if !scheduled(r) || seen[r.ResultID] {
 			continue
 		}
 		seen[r.ResultID] = true

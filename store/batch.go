@@ -243,7 +243,7 @@ func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
 		}
 		inserting[r.ID] = i
 		finished := ms(r.Finished)
-		results = append(results, r.ID, r.Node, r.WorkID, ms(r.Started), finished, string(r.Status), boolInt(r.Full), storedMS)
+		results = append(results, r.ID, r.Node, r.WorkID, ms(r.Started), finished, string(r.Status), boolInt(r.Full), storedMS, r.Trigger)
 		for k := range r.Checks {
 			c, pc := &r.Checks[k], &req.prep.checks[k]
 			checkRows = append(checkRows, r.ID, r.Node, c.Name, string(c.Status), pc.reason, pc.findings, pc.metrics,
@@ -263,7 +263,7 @@ func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
 		cols             int
 		args             []any
 	}{
-		{"results", `INSERT INTO results (id, node, work_id, started, finished, status, full, stored) VALUES `, ``, 8, results},
+		{"results", `INSERT INTO results (id, node, work_id, started, finished, status, full, stored, triggered_by) VALUES `, ``, 9, results},
 		{"check results", `INSERT INTO check_results
 			(result_id, node, check_name, status, reason, findings, metrics, duration_ms, finished, stored) VALUES `, ``, 10, checkRows},
 		// Rows apply in order, so a node's later result in the batch wins

@@ -21,7 +21,8 @@ type Result struct {
 	Started  time.Time
 	Finished time.Time
 	Status   report.Status
-	Full     bool // every passive check ran
+	Full     bool   // every passive check ran
+	Trigger  string // what started the pass (wire.Trigger*); "" from an old agent
 	Checks   []report.CheckResult
 	// Inventory, when set, is recorded on the node and in its history.
 	Inventory *report.Inventory

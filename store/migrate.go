@@ -26,6 +26,7 @@ func migrations() []migration {
 		{version: 1, name: "nodes, results, check results, latest check per node, events", sql: schemaV1},
 		{version: 2, name: "inventory history and daily check summaries", sql: schemaV2, fn: seedInventoryHistory},
 		{version: 3, name: "work dispatched to nodes, events by kind", sql: schemaV3},
+		{version: 4, name: "what triggered each result", sql: schemaV4},
 	}
 }
 
@@ -145,6 +146,13 @@ CREATE TABLE dispatches (
 );
 CREATE UNIQUE INDEX dispatches_work_node ON dispatches(work_id, node);
 CREATE INDEX events_kind ON events(kind, id);
+`
+
+// Version 4: what started each pass (schedule, request, after_action), so
+// a drill times detection by the agent's schedule only. Rows from before
+// read ” (unknown).
+const schemaV4 = `
+ALTER TABLE results ADD COLUMN triggered_by TEXT NOT NULL DEFAULT '';
 `
 
 // seedInventoryHistory gives every known node a first history row from the

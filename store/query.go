@@ -15,6 +15,7 @@ type StoredCheck struct {
 	ResultID string
 	Node     string
 	WorkID   string
+	Trigger  string // what started the pass; "" from an old agent
 	Finished time.Time
 	Check    report.CheckResult
 }
@@ -49,7 +50,7 @@ func (s *Store) Results(ctx context.Context, q ResultQuery) ([]StoredCheck, erro
 	var err error
 	// Both walk the node's check rows newest first on the one index
 	// check_results has; a check filter skips the other checks' rows.
-	rows, err = s.r.QueryContext(ctx, `SELECT c.result_id, c.node, COALESCE(r.work_id, ''), c.finished, c.check_name,
+	rows, err = s.r.QueryContext(ctx, `SELECT c.result_id, c.node, COALESCE(r.work_id, ''), COALESCE(r.triggered_by, ''), c.finished, c.check_name,
 			c.status, c.reason, c.findings, c.metrics, c.duration_ms
 		FROM check_results c INDEXED BY check_results_node_finished
 		LEFT JOIN results r ON r.id = c.result_id
@@ -65,7 +66,7 @@ func (s *Store) Results(ctx context.Context, q ResultQuery) ([]StoredCheck, erro
 		var fin int64
 		var findings, metrics string
 		var status string
-		if err := rows.Scan(&sc.ResultID, &sc.Node, &sc.WorkID, &fin, &sc.Check.Name, &status,
+		if err := rows.Scan(&sc.ResultID, &sc.Node, &sc.WorkID, &sc.Trigger, &fin, &sc.Check.Name, &status,
 			&sc.Check.Reason, &findings, &metrics, &sc.Check.DurationMS); err != nil {
 			return nil, fmt.Errorf("list results of %s: %w", q.Node, err)
 		}
@@ -97,6 +98,7 @@ type StoredResult struct {
 	Finished time.Time
 	Status   report.Status
 	Full     bool
+	Trigger  string
 	Stored   time.Time
 }
 
@@ -106,8 +108,8 @@ func (s *Store) Result(ctx context.Context, id string) (StoredResult, error) {
 	var started, finished, stored int64
 	var status string
 	var full int
-	err := s.r.QueryRowContext(ctx, `SELECT id, node, work_id, started, finished, status, full, stored
-		FROM results WHERE id = ?`, id).Scan(&r.ID, &r.Node, &r.WorkID, &started, &finished, &status, &full, &stored)
+	err := s.r.QueryRowContext(ctx, `SELECT id, node, work_id, started, finished, status, full, stored, triggered_by
+		FROM results WHERE id = ?`, id).Scan(&r.ID, &r.Node, &r.WorkID, &started, &finished, &status, &full, &stored, &r.Trigger)
 	if err == sql.ErrNoRows {
 		return StoredResult{}, fmt.Errorf("result %s: %w", id, ErrNotFound)
 	}

@@ -22,7 +22,16 @@ type Meta struct {
 	Started  time.Time
 	Finished time.Time
 	Full     bool
+	Trigger  string // TriggerSchedule, TriggerRequest, TriggerAfterAction; "" from an old agent
 }
+
+// What started a pass. A drill times detection by scheduled passes only: a
+// real fault triggers no pass, so the one after an injection is no evidence.
+const (
+	TriggerSchedule    = "schedule"
+	TriggerRequest     = "request"
+	TriggerAfterAction = "after_action"
+)
 
 // UnixMS is t in milliseconds since the epoch; the zero time is 0, which
 // the protocol reads as "unset".
@@ -55,6 +64,7 @@ func ResultToProto(m Meta, r *report.Report) *pb.Result {
 		Checks:         ChecksToProto(r.Checks),
 		Inventory:      InventoryToProto(&r.Inventory),
 		Full:           m.Full,
+		Trigger:        m.Trigger,
 	}
 }
 
@@ -69,6 +79,7 @@ func ResultFromProto(p *pb.Result) (Meta, report.Report) {
 		Started:  FromUnixMS(p.GetStartedUnixMs()),
 		Finished: FromUnixMS(p.GetFinishedUnixMs()),
 		Full:     p.GetFull(),
+		Trigger:  p.GetTrigger(),
 	}
 	r := report.Report{
 		Node:   p.GetNode(),

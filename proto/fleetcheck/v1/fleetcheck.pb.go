@@ -934,8 +934,12 @@ type Result struct {
 	Checks         []*CheckResult         `protobuf:"bytes,7,rep,name=checks,proto3" json:"checks,omitempty"`
 	Inventory      *Inventory             `protobuf:"bytes,8,opt,name=inventory,proto3" json:"inventory,omitempty"`
 	Full           bool                   `protobuf:"varint,9,opt,name=full,proto3" json:"full,omitempty"` // every passive check ran (a "full result")
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What started the pass: "schedule" (the agent's interval), "request"
+	// (a work id), "after_action" (the quick pass after a remediation or
+	// its revert). Empty from an agent older than the field.
+	Trigger       string `protobuf:"bytes,10,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1029,6 +1033,13 @@ func (x *Result) GetFull() bool {
 		return x.Full
 	}
 	return false
+}
+
+func (x *Result) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
 }
 
 type CheckResult struct {
@@ -3369,7 +3380,7 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\vspool_depth\x18\x03 \x01(\rR\n" +
 	"spoolDepth\"!\n" +
 	"\aGoodbye\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xaf\x02\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xc9\x02\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x17\n" +
@@ -3379,7 +3390,9 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\x06status\x18\x06 \x01(\tR\x06status\x122\n" +
 	"\x06checks\x18\a \x03(\v2\x1a.fleetcheck.v1.CheckResultR\x06checks\x126\n" +
 	"\tinventory\x18\b \x01(\v2\x18.fleetcheck.v1.InventoryR\tinventory\x12\x12\n" +
-	"\x04full\x18\t \x01(\bR\x04full\"\xa5\x02\n" +
+	"\x04full\x18\t \x01(\bR\x04full\x12\x18\n" +
+	"\atrigger\x18\n" +
+	" \x01(\tR\atrigger\"\xa5\x02\n" +
 	"\vCheckResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1f\n" +
