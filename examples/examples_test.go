@@ -53,6 +53,8 @@ var claims = []claim{
 	{"deploy/actions/fleetcheck-kill-workload", "deploy/scripts_test.go", "TestKillWorkloadWrapper"},
 	{"deploy/slurm/fleetcheck-prolog", "deploy/scripts_test.go", "TestSlurmProlog"},
 	{"deploy/slurm/fleetcheck-epilog", "deploy/scripts_test.go", "TestSlurmEpilog"},
+	{"deploy/slurm/fleetcheck-prolog", "cmd/fleetcheck/slurm_test.go", "TestPrologEpilogUnderSlurmd"},
+	{"deploy/slurm/fleetcheck-epilog", "cmd/fleetcheck/slurm_test.go", "TestPrologEpilogUnderSlurmd"},
 	{"deploy/slurm/fleetcheck-healthcheck", "cmd/fleetcheck/slurm_test.go", "TestHealthCheckProgramUnderSlurmd"},
 	{"deploy/slurm/slurm.conf.example", "cmd/fleetcheck/slurm_test.go", "TestHealthCheckProgramUnderSlurmd"},
 	{"deploy/systemd/fleetcheck-agent.service", "deploy/systemd/units_test.go", "TestAgentCanDoItsJob"},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/drain/slurm/slurmtest"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	"github.com/fleetcheck/fleetcheck/report"
@@ -293,4 +294,76 @@ func TestSlurmDefaultPath(t *testing.T) {
 	if got := os.Getenv("PATH"); got != defaultPath {
 		t.Fatalf("PATH = %q under slurmd's empty environment, want %q", got, defaultPath)
 	}
+}
+
+// packagedActivityFile is where the fleetcheck-node package's agent reads
+// its activity: deploy/deb/agent.yaml's state_dir (no activity_file set).
+func packagedActivityFile(t *testing.T) string {
+	t.Helper()
+	cfg, err := agent.LoadConfig(filepath.Join("..", "..", "deploy", "deb", "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ActivityFile != "" {
+		return cfg.ActivityFile
+	}
+	return filepath.Join(cfg.StateDir, "activity")
+}
+
+// TestPrologEpilogUnderSlurmd has the real slurmd run the shipped
+// fleetcheck-prolog and fleetcheck-epilog around jobs: the activity file
+// says busy while a job runs, idle after it, drained once the node is
+// drained. Their default file is the packaged agent's: a prolog writing
+// elsewhere fails, and Slurm then drains the node and requeues every job.
+func TestPrologEpilogUnderSlurmd(t *testing.T) {
+	want := packagedActivityFile(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	activity := filepath.Join(dir, "activity")
+	script := func(name string) string {
+		t.Helper()
+		src, err := os.ReadFile(filepath.Join("..", "..", "deploy", "slurm", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		def := "${FLEETCHECK_ACTIVITY_FILE:-" + want + "}"
+		if !strings.Contains(string(src), def) {
+			t.Fatalf("%s does not default to the packaged agent's activity file %s", name, want)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Replace(string(src), def, activity, 1)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	prolog, epilog := script("fleetcheck-prolog"), script("fleetcheck-epilog")
+	c := slurmtest.Start(t, slurmtest.Config{Prolog: prolog, Epilog: epilog})
+	// The epilog asks squeue and scontrol: point them at this cluster.
+	src, _ := os.ReadFile(epilog)
+	if err := os.WriteFile(epilog, []byte(strings.Replace(string(src), "set -u\n", "set -u\nexport SLURM_CONF="+c.Conf+"\n", 1)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitActivity := func(what, word string) {
+		t.Helper()
+		testwait.ForEvery(t, 30*time.Second, 100*time.Millisecond, what, func() (bool, string) {
+			data, err := os.ReadFile(activity)
+			if err != nil {
+				return false, err.Error()
+			}
+			return strings.TrimSpace(string(data)) == word, strings.TrimSpace(string(data))
+		})
+	}
+
+	id := c.Submit("sleep 30")
+	waitActivity("the prolog's busy", "busy")
+	c.MustRun("scancel", id)
+	waitActivity("the epilog's idle", "idle")
+
+	id = c.Submit("sleep 30")
+	waitActivity("the prolog's busy", "busy")
+	c.MustRun("scontrol", "update", "nodename="+slurmtest.NodeName, "state=drain", "reason=fleetcheck: rollout r-1")
+	c.MustRun("scancel", id)
+	waitActivity("the epilog's drained", "drained")
 }
