@@ -37,6 +37,13 @@ func TestSlurmFlagErrors(t *testing.T) {
 		{[]string{"--slurm", "--slurm-node", "gpu-[001-004]"}, `invalid node name: "gpu-[001-004]"`},
 		{[]string{"--slurm", "--slurm-node", "-gpu"}, "invalid node name"},
 	}
+	// run takes the same flags (nodeFlags); it refuses them before it
+	// looks at the host.
+	for _, tc := range cases[:3] {
+		if out, code := execute(t, append([]string{"run"}, tc.args...)...); code != exitCommand || !strings.Contains(out, tc.want) {
+			t.Errorf("run %v: exit %d, want 2 with %q; output:\n%s", tc.args, code, tc.want, out)
+		}
+	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			out, code := execute(t, append(append([]string{"analyze"}, tc.args...), bundle)...)
