@@ -118,6 +118,12 @@ func TestCanaryFailureHaltsBeforeWaveOne(t *testing.T) {
 	if s.Phase != PhaseRolledBack || s.Counts[Skipped] != 5 || s.Counts[Failed] != 1 {
 		t.Fatalf("after rollback: %s %v", s.Phase, s.Counts)
 	}
+	// The canary's wave ran and was undone; the waves never reached were skipped.
+	for _, w := range s.Waves {
+		if want := map[bool]string{true: "rolled-back", false: "skipped"}[w.Index == 0]; w.State != want {
+			t.Errorf("wave %d shows %q after rolling back a halted canary, want %s", w.Index, w.State, want)
+		}
+	}
 }
 
 func TestBudgetArithmetic(t *testing.T) {
@@ -427,6 +433,12 @@ func TestRollback(t *testing.T) {
 	}
 	if s.Waves[0].Done != 1 || s.Waves[0].Pending != 0 {
 		t.Errorf("rolled-back canary wave: %+v", s.Waves[0])
+	}
+	// Every wave was undone, the last no differently from the others.
+	for _, w := range s.Waves {
+		if w.State != "rolled-back" {
+			t.Errorf("wave %d of a rolled-back rollout shows %q, want rolled-back", w.Index, w.State)
+		}
 	}
 	for _, name := range []string{"gpu-001", "gpu-004"} {
 		n := h.fleet.node(name)

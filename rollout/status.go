@@ -44,7 +44,9 @@ type WaveStatus struct {
 	Index int    `json:"index"`
 	Name  string `json:"name"`
 	// State: pending, running, passed, incomplete (closed within its
-	// budget with failed or skipped nodes), halted, soaking, stopped.
+	// budget with failed or skipped nodes), halted, soaking, stopped;
+	// once rolled back, rolling-back/rolled-back (a wave that ran) or
+	// skipped (one never reached).
 	State  string `json:"state"`
 	Size   int    `json:"size"`
 	Budget int    `json:"budget"`
@@ -167,6 +169,17 @@ func (e *Engine) Status(id string) (*Status, error) {
 		}
 		if i == r.Wave && r.Phase == PhaseSoaking {
 			w.State = "soaking"
+		}
+		// A rollback undoes every wave that ran, not only the last: each
+		// says so (a last wave "stopped" beside earlier "passed" ones read
+		// as if only it had been undone). A wave never reached was skipped.
+		if r.Phase == PhaseRollingBack || r.Phase == PhaseRolledBack {
+			switch {
+			case w.Active+w.Done+w.Failed > 0:
+				w.State = string(r.Phase)
+			case r.Phase == PhaseRolledBack:
+				w.State = "skipped"
+			}
 		}
 	}
 	return s, nil

@@ -1019,6 +1019,9 @@ func progressOf(rec *Record, tests []TestRecord) Progress {
 	p := Progress{ID: rec.ID, State: rec.State, Phase: rec.Phase, Round: rec.Phase.Round(), Wave: rec.Wave, Nodes: len(rec.Nodes)}
 	for i := range tests {
 		p.count(&tests[i], rec)
+		if rec.Phase.Round() == 0 { // done: the last round it ran, not 0
+			p.Round = max(p.Round, tests[i].Phase.Round())
+		}
 	}
 	return p
 }

@@ -119,7 +119,7 @@ type Progress struct {
 	ID         string `json:"id"`
 	State      State  `json:"state"`
 	Phase      Phase  `json:"phase"`
-	Round      int    `json:"round"`
+	Round      int    `json:"round"` // the round running, or the last one run once done
 	Wave       int    `json:"wave"`
 	WaveDone   int    `json:"wave_done"`
 	WaveTotal  int    `json:"wave_total"`

@@ -427,6 +427,11 @@ func TestSweepResumesAfterRestart(t *testing.T) {
 		t.Fatalf("resume: %d reports, %v", len(reps), err)
 	}
 	rep := reps[0]
+	// A finished sweep's status shows the last round it ran, not 0.
+	if st, err := h.newEngine(t).Status(context.Background(), "sweep-1"); err != nil || st.State != StateDone ||
+		len(rep.Rounds) == 0 || st.Round != rep.Rounds[len(rep.Rounds)-1].Round {
+		t.Errorf("finished sweep's status: round %d (%+v, %v), want the last round run of %+v", st.Round, st, err, rep.Rounds)
+	}
 	for _, r := range h.calls.list()[before:] {
 		if finished[r] {
 			t.Errorf("finished pair %s ran again", r)
