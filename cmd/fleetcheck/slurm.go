@@ -69,7 +69,9 @@ func (s *slurmFlags) validate() error {
 		return fmt.Errorf("--slurm: %w", err)
 	}
 	if os.Getenv("PATH") == "" {
-		os.Setenv("PATH", defaultPath)
+		if err := os.Setenv("PATH", defaultPath); err != nil {
+			return fmt.Errorf("--slurm: set PATH: %w", err)
+		}
 	}
 	return nil
 }
