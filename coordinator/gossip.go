@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/membership"
@@ -20,6 +21,15 @@ import (
 // replaces what the node's authenticated stream said: without a keyring
 // anyone on the network can gossip, and with one any member can claim any
 // name.
+
+// A member another member declared dead is believed only once the death
+// has stood for deathConfirmProbes probe intervals. A member cut off from
+// the pool declares everyone else dead, and once healed it gossips those
+// deaths; memberlist applies a peer's dead message at once, and the accused
+// member refutes it within a few gossip rounds. Without the wait every node
+// of a healthy fleet flapped healthy -> unreachable -> healthy whenever one
+// member's partition healed.
+const deathConfirmProbes = 2
 
 // gossipKeyringFile is where a rotation leaves the coordinator's keyring,
 // so a restart after a rotation starts with the rotated keys.
@@ -51,7 +61,12 @@ func (s *Server) startGossip() error {
 	if s.opts.Gossip != nil {
 		s.opts.Gossip(&mc)
 	}
-	pool, err := membership.New(mc, s.log, gossipEvents{s: s, self: name})
+	probe := mc.ProbeInterval
+	if probe <= 0 {
+		probe = membership.DefaultProbeInterval
+	}
+	s.gossipDeaths = &deathConfirms{wait: deathConfirmProbes * probe, stop: make(chan struct{})}
+	pool, err := membership.New(mc, s.log, gossipEvents{s: s, self: name, deaths: s.gossipDeaths})
 	if err != nil {
 		return err
 	}
@@ -77,6 +92,48 @@ func (s *Server) stopGossip() {
 	if err := pool.Shutdown(); err != nil {
 		s.log.Warn().Err(err).Msg("gossip shutdown")
 	}
+	// Deaths still waiting for confirmation are dropped: the store closes next.
+	s.gossipDeaths.close()
+}
+
+// deathConfirms runs the waits before a gossip death is believed, and
+// ends them when the pool stops.
+type deathConfirms struct {
+	wait    time.Duration
+	mu      sync.Mutex
+	stopped bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// after runs fn once d.wait has passed, unless the pool stops first.
+func (d *deathConfirms) after(fn func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		t := time.NewTimer(d.wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			fn()
+		case <-d.stop:
+		}
+	}()
+}
+
+func (d *deathConfirms) close() {
+	d.mu.Lock()
+	if !d.stopped {
+		d.stopped = true
+		close(d.stop)
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
 }
 
 // GossipAddr is the coordinator's advertised gossip address, "" when off.
@@ -92,8 +149,9 @@ func (s *Server) GossipPool() *membership.Pool { return s.gossip.Load() }
 
 // gossipEvents turns membership events into node-state hints.
 type gossipEvents struct {
-	s    *Server
-	self string
+	s      *Server
+	self   string
+	deaths *deathConfirms
 }
 
 func (g gossipEvents) relevant(m membership.Member) bool {
@@ -110,23 +168,40 @@ func (g gossipEvents) NodeLeft(m membership.Member) {
 		s.log.Debug().Str("member", m.Name).Str("state", m.State.String()).Msg("gossip: member with no node record")
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	now := s.now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.gossip, e.gossipSince = m.State, now
+	e.gossipGen++
 	if m.State == membership.StateLeft {
 		// A clean stop: the stream's end says the rest.
+		e.gossip, e.gossipSince = m.State, now
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		s.event(ctx, m.Name, store.EventConnection, "gossip", "left the gossip pool")
 		return
 	}
+	gen := e.gossipGen
+	g.deaths.after(func() { g.confirmDead(e, gen, now) })
+}
+
+// confirmDead believes a death that stood for the confirmation wait: no
+// gossip event about the member came since (gen), so nobody refuted it.
+func (g gossipEvents) confirmDead(e *nodeEntry, gen uint64, at time.Time) {
+	s := g.s
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gossipGen != gen {
+		return
+	}
+	e.gossip, e.gossipSince = membership.StateDead, at
 	// A node whose agent said goodbye is left, whatever gossip says.
 	if campaignOwned(e.state) || e.state == "" || (e.state == StateLeft && e.sess == nil) {
 		return
 	}
 	state, reason := e.liveState()
-	s.setState(ctx, e, state, reason, reason, nil, now)
+	s.setState(ctx, e, state, reason, reason, nil, s.now())
 }
 
 func (g gossipEvents) NodeJoined(m membership.Member) {
@@ -142,6 +217,7 @@ func (g gossipEvents) NodeJoined(m membership.Member) {
 	defer cancel()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.gossipGen++ // a death still waiting for confirmation was refuted
 	wasDead := e.gossip == membership.StateDead
 	e.gossip, e.gossipSince, e.gossipMeta = membership.StateAlive, s.now(), m.Meta
 	// Only a state gossip set is cleared, and only while the stream is up:

@@ -423,3 +423,38 @@ func TestGossipDocConfig(t *testing.T) {
 		t.Errorf("doc block parsed to %+v, want gossip on with a label and a keyring", c.Gossip)
 	}
 }
+
+// A death another member gossips and the accused refutes within the
+// confirmation wait (a healed member's stale view of the others) changes
+// no state; one that stands makes the node unreachable. The events are fed
+// to the coordinator's sink directly: which member's word memberlist took
+// is not what this test is about.
+func TestGossipRefutedDeathIsNotAFlap(t *testing.T) {
+	gn := newGossipNet(t, DefaultGossipName)
+	s := gossipServer(t, gn, nil, nil)
+	a := mustConnect(t, s, "gpu-001")
+	a.sendResult(result("gpu-001", false))
+	testwait.Until(t, 5*time.Second, "gpu-001 healthy", stateIs(t, s, "gpu-001", StateHealthy))
+	sink := gossipEvents{s: s, self: DefaultGossipName, deaths: s.gossipDeaths}
+	member := membership.Member{Name: "gpu-001", Addr: "127.0.0.1:7946", Meta: membership.Meta{Role: membership.RoleAgent}}
+	before := len(eventsOf(t, s, "gpu-001"))
+
+	dead, alive := member, member
+	dead.State, alive.State = membership.StateDead, membership.StateAlive
+	sink.NodeLeft(dead)
+	sink.NodeJoined(alive) // refuted at once
+	// Past the confirmation wait, watched through the event log.
+	end := time.Now().Add(2 * s.gossipDeaths.wait)
+	for time.Now().Before(end) {
+		if evs := eventsOf(t, s, "gpu-001"); len(evs) != before {
+			t.Fatalf("a refuted gossip death changed gpu-001: %q", evs[before:])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	sink.NodeLeft(dead) // this one stands
+	testwait.Until(t, 5*time.Second, "gpu-001 unreachable once the death stood", stateIs(t, s, "gpu-001", StateUnreachable))
+	if r := nodeOf(t, s, "gpu-001").StateReason; !strings.HasPrefix(r, "gossip: ") {
+		t.Errorf("reason %q, want gossip's", r)
+	}
+}

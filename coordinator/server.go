@@ -123,7 +123,9 @@ type Server struct {
 	camp *campaigns // the campaign engines, set by Start
 
 	gossip atomic.Pointer[membership.Pool] // nil when gossip is off
-	keyOps *keyOpTable
+	// gossipDeaths waits out each gossip death before believing it (gossip.go).
+	gossipDeaths *deathConfirms
+	keyOps       *keyOpTable
 }
 
 // New checks the config and builds a server; nothing is opened yet.

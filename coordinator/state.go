@@ -117,6 +117,9 @@ type nodeEntry struct {
 	gossip      membership.State
 	gossipSince time.Time
 	gossipMeta  membership.Meta
+	// gossipGen counts membership events about the member, so that a death
+	// waiting for confirmation knows whether anything came after it.
+	gossipGen uint64
 }
 
 func (e *nodeEntry) load(n store.Node) {
