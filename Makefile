@@ -60,8 +60,8 @@ e2e-short: ## the part of make e2e that CI runs (about 3 minutes on 2 cores)
 	$(GO) test -tags e2e -short -count=1 -timeout 8m ./e2e/
 
 bench: ## benchmarks: analyze of an 8-GPU bundle and of the largest accepted kernel log (256 MiB), each parser, ingest; campaigns once each on the virtual clock
-	$(GO) test -run '^$$' -bench . -benchmem ./inspect/ ./probe/... ./host/... ./sim/ ./store/ ./coordinator/
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./sweep/ ./rollout/ ./burnin/ ./drill/
+	$(GO) test -run '^$$' -bench . -benchmem ./node/inspect/ ./node/probe/... ./node/host/... ./node/host/sim/ ./coordinator/store/ ./coordinator/
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./campaigns/sweep/ ./campaigns/rollout/ ./campaigns/burnin/ ./campaigns/drill/
 
 demo: build ## the main job on the embedded default: a coordinator and 16 simulated nodes, faults, a fleet check
 	./$(BIN) demo

@@ -10,7 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/internal/config"
 )
 
 // ActionConfig is one entry of the config's `actions:` section: a named

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/host/sim"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/sim"
-	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // actionsYAML is the actions part of the test agents' config, as an

@@ -33,13 +33,13 @@ import (
 	"github.com/fleetcheck/fleetcheck/agent/spool"
 	"github.com/fleetcheck/fleetcheck/checks"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/host"
-	"github.com/fleetcheck/fleetcheck/inspect"
-	"github.com/fleetcheck/fleetcheck/membership"
-	"github.com/fleetcheck/fleetcheck/pki"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/wire"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/membership"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/inspect"
 )
 
 // ErrStateDirInUse: another agent holds the state directory.

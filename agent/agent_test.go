@@ -16,12 +16,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/agent/spool"
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/host/bundle"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
+	"github.com/fleetcheck/fleetcheck/node/host/bundle"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
-	"github.com/fleetcheck/fleetcheck/snapshot"
 )
 
 func TestHelloWelcomeAndScheduledResultsAcked(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/checks/registry"
-	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/internal/config"
 )
 
 func TestConfigDefaults(t *testing.T) {

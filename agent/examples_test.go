@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/burnin"
+	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
+	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
-	"github.com/fleetcheck/fleetcheck/drill"
-	"github.com/fleetcheck/fleetcheck/rollout"
 )
 
 // exampleAgent is examples/agent.yaml, loaded as the agent loads it.

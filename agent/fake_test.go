@@ -21,11 +21,11 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
+	"github.com/fleetcheck/fleetcheck/node/host"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/snapshot"
 )
 
 // ---------------------------------------------------------------- hosts

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/host"
-	"github.com/fleetcheck/fleetcheck/inspect"
-	"github.com/fleetcheck/fleetcheck/snapshot"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/inspect"
 )
 
 // guardedHost lets scheduled passes and requested checks run at the same

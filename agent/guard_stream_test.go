@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetcheck/fleetcheck/host"
-	"github.com/fleetcheck/fleetcheck/inspect"
-	"github.com/fleetcheck/fleetcheck/snapshot"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/inspect"
 )
 
 // streamHost is a bundle-like host whose kernel log only comes as a stream.

@@ -10,10 +10,10 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/host"
-	"github.com/fleetcheck/fleetcheck/inspect"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
-	"github.com/fleetcheck/fleetcheck/snapshot"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/inspect"
 )
 
 // stuckHost ignores its context: its reads end only when the test says so,

@@ -7,10 +7,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/host"
-	"github.com/fleetcheck/fleetcheck/host/bundle"
-	"github.com/fleetcheck/fleetcheck/host/live"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/host/bundle"
+	"github.com/fleetcheck/fleetcheck/node/host/live"
 )
 
 // Host modes: what the agent reads and acts on.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/node/host"
 )
 
 // ErrNoSimulator is the slim node build's answer to host mode sim.

@@ -20,9 +20,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/fleetcheck/fleetcheck/host"
-	"github.com/fleetcheck/fleetcheck/sim"
-	"github.com/fleetcheck/fleetcheck/snapshot"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/host/sim"
 )
 
 // validateSim checks what only the simulator can judge: the faults'

@@ -3,7 +3,7 @@ package agent
 import (
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 // Metrics receives what the agent measures. The Prometheus exporter

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/checks"
-	"github.com/fleetcheck/fleetcheck/host"
-	"github.com/fleetcheck/fleetcheck/inspect"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/inspect"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/snapshot"
-	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // checkAllReduce is the one check that runs across nodes.

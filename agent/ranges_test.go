@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/internal/config"
 )
 
 var outOfRangeRE = regexp.MustCompile(`(\S+) (\S+) is out of range: must be within (\S+)`)

@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // Result is one inspection pass as the agent keeps it in its spool: the

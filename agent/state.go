@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/fleetcheck/fleetcheck/checks"
-	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 // stateFileName holds what one scheduled pass leaves for the next, so that

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/agent/spool"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
-	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // Stream errors, tested with errors.Is.

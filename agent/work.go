@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/checks"
-	"github.com/fleetcheck/fleetcheck/host"
+	"github.com/fleetcheck/fleetcheck/node/host"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 func TestParseScope(t *testing.T) {

@@ -1,6 +1,8 @@
 package baselines
 
-import "github.com/fleetcheck/fleetcheck/report"
+import (
+	"github.com/fleetcheck/fleetcheck/internal/report"
+)
 
 // RecordReport is what recording baselines from stored results did: the
 // versions it wrote, and the selected nodes it left out, each with why.

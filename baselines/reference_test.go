@@ -7,10 +7,10 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/checks"
-	"github.com/fleetcheck/fleetcheck/checks/perfchecks"
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/host/bundle"
-	"github.com/fleetcheck/fleetcheck/inspect"
+	"github.com/fleetcheck/fleetcheck/checks/nccl"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/node/host/bundle"
+	"github.com/fleetcheck/fleetcheck/node/inspect"
 )
 
 // TestReferenceFilesLoad: every shipped figure parses, validates, carries
@@ -54,8 +54,8 @@ func TestReferenceFilesLoad(t *testing.T) {
 // nccl.allreduce reports.
 func TestMetricNamesMatchTheCheck(t *testing.T) {
 	t.Parallel()
-	if baselines.MetricAllReduceBusBW != perfchecks.MetricBusBW {
-		t.Errorf("baselines %q, check %q", baselines.MetricAllReduceBusBW, perfchecks.MetricBusBW)
+	if baselines.MetricAllReduceBusBW != nccl.MetricBusBW {
+		t.Errorf("baselines %q, check %q", baselines.MetricAllReduceBusBW, nccl.MetricBusBW)
 	}
 }
 
@@ -85,7 +85,7 @@ func TestExampleBundlesAgainstReference(t *testing.T) {
 			if stack.RDMAStack == "" {
 				t.Errorf("stack %v: the bundle names its RDMA stack", stack)
 			}
-			res := inspect.Judge(snap, []checks.Check{perfchecks.AllReduce{}}, config.Defaults(), nil)
+			res := inspect.Judge(snap, []checks.Check{nccl.AllReduce{}}, config.Defaults(), nil)
 			cr := res.Report.Check("nccl.allreduce")
 			if cr == nil {
 				t.Fatal("no nccl.allreduce result")

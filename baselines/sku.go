@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 // SKULabel is the node label that names a node's SKU outright, for

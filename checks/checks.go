@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/snapshot"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
 )
 
 // Check is one named health check.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/snapshot"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
 )
 
 // Run runs each check over the input and returns their results in order.

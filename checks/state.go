@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/snapshot"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
 )
 
 // State is what one run leaves for the next, so that counters can be judged

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
 )
 
 // Audit records an action in the event log (kind "audit") with who took

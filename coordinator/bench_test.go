@@ -9,8 +9,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/store"
 )
 
 // oneCheck is the benchmark's unit: one check on one node, one result.

@@ -1,15 +1,12 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,76 +15,25 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
-	"github.com/fleetcheck/fleetcheck/burnin"
-	"github.com/fleetcheck/fleetcheck/campaign"
-	"github.com/fleetcheck/fleetcheck/compat"
-	"github.com/fleetcheck/fleetcheck/drain"
-	k8sdrain "github.com/fleetcheck/fleetcheck/drain/kubernetes"
-	"github.com/fleetcheck/fleetcheck/drain/slurm"
-	"github.com/fleetcheck/fleetcheck/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
+	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
+	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/compat"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/rollout"
-	"github.com/fleetcheck/fleetcheck/store"
-	"github.com/fleetcheck/fleetcheck/sweep"
 )
 
-// DrainConfig picks how campaigns take nodes out of service.
-//
-//	drain:
-//	  adapter: slurm            # none (default) | slurm | kubernetes
-//	  slurm: {scontrol: /usr/bin/scontrol, timeout: 30s}
-//	  kubernetes: {kubeconfig: /etc/fleetcheck/kubeconfig, evict_unmanaged: false}
-//	  policy: {actions: [drain, replace, reseat], codes: [ECC_UNCORRECTABLE]}
-type DrainConfig struct {
-	Adapter    string           `yaml:"adapter"`
-	Slurm      SlurmDrainConfig `yaml:"slurm"`
-	Kubernetes K8sDrainConfig   `yaml:"kubernetes"`
-	// Policy takes nodes out of service as their results arrive
-	// (drainpolicy.go); off by default.
-	Policy DrainPolicyConfig `yaml:"policy"`
-}
-
-// SlurmDrainConfig names the Slurm tools (PATH lookups by default).
-type SlurmDrainConfig struct {
-	Scontrol string        `yaml:"scontrol"`
-	Sinfo    string        `yaml:"sinfo"`
-	Squeue   string        `yaml:"squeue"`
-	Timeout  time.Duration `yaml:"timeout"`
-	Env      []string      `yaml:"env"`
-}
-
-// K8sDrainConfig reaches the API server: Kubeconfig, or in-cluster
-// credentials when empty.
-type K8sDrainConfig struct {
-	Kubeconfig      string        `yaml:"kubeconfig"`
-	EvictionTimeout time.Duration `yaml:"eviction_timeout"`
-	EvictUnmanaged  bool          `yaml:"evict_unmanaged"`
-}
-
-// BreakerConfig bounds what campaigns together may drain (campaign.Breaker).
+// BreakerConfig bounds what campaigns together may drain (kit.Breaker).
 //
 //	breaker: {window: 1h, max_share: 0.05, max_count: 20}
 type BreakerConfig struct {
 	Window   time.Duration `yaml:"window"`
 	MaxShare float64       `yaml:"max_share"`
 	MaxCount int           `yaml:"max_count"`
-}
-
-// SweepScheduleConfig runs a sweep on a cron schedule (five fields,
-// robfig/cron syntax, the coordinator's local time unless CRON_TZ= leads).
-//
-//	sweep_schedule:
-//	  cron: "0 2 * * *"
-//	  spec: {selector: "sku=h100", threshold: 0.3, drain: true}
-type SweepScheduleConfig struct {
-	Cron string `yaml:"cron"`
-	// Spec is the sweep to run (sweep/spec.go), decoded as strictly as
-	// the rest of the file: durations as durations ("10m").
-	Spec sweep.Spec `yaml:"spec"`
 }
 
 // validateCampaigns checks the campaign sections of the config.
@@ -118,34 +64,6 @@ func (c Config) validateCampaigns() error {
 	return errors.Join(errs...)
 }
 
-// parseSweepSpec reads a sweep spec as YAML or JSON (sweep.ParseSpec).
-func parseSweepSpec(b []byte) (sweep.Spec, error) { return sweep.ParseSpec(b) }
-
-// newDrainAdapter builds the configured adapter.
-func newDrainAdapter(c DrainConfig) (drain.Adapter, error) {
-	switch c.Adapter {
-	case "", "none":
-		return drain.NewNone(nil), nil
-	case "slurm":
-		return slurm.New(slurm.Options{Scontrol: c.Slurm.Scontrol, Sinfo: c.Slurm.Sinfo, Squeue: c.Slurm.Squeue,
-			Timeout: c.Slurm.Timeout, Env: c.Slurm.Env}), nil
-	case "kubernetes":
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = c.Kubernetes.Kubeconfig
-		rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("drain kubernetes: %w", err)
-		}
-		cs, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return nil, fmt.Errorf("drain kubernetes: %w", err)
-		}
-		return k8sdrain.New(cs, k8sdrain.Options{EvictionTimeout: c.Kubernetes.EvictionTimeout,
-			EvictUnmanaged: c.Kubernetes.EvictUnmanaged}), nil
-	}
-	return nil, fmt.Errorf("drain adapter %q: unknown", c.Adapter)
-}
-
 // errNoFleet answers campaign calls on a coordinator given no fleet.
 var errNoFleet = errors.New("no fleet wired into this coordinator: campaigns are off")
 
@@ -157,10 +75,10 @@ type campaigns struct {
 	s       *Server
 	log     zerolog.Logger
 	db      *sql.DB
-	fleet   campaign.Fleet
+	fleet   kit.Fleet
 	matrix  string // configured compatibility matrix file
 	bl      *baselines.Store
-	breaker *campaign.Breaker
+	breaker *kit.Breaker
 	policy  *drainPolicy     // nil when the drain policy is off
 	conds   *conditionWriter // nil unless the drain adapter writes node conditions
 	sweep   *sweep.Engine
@@ -207,7 +125,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	}()
 	clock := s.opts.CampaignClock
 	if clock == nil {
-		clock = campaign.WallClock{}
+		clock = kit.WallClock{}
 	}
 	adapter := s.opts.Drain
 	if adapter == nil {
@@ -216,7 +134,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 		}
 	}
 	bc := s.cfg.Breaker
-	if c.breaker, err = campaign.NewBreaker(campaign.BreakerConfig{Window: bc.Window, MaxShare: bc.MaxShare, MaxCount: bc.MaxCount}, clock); err != nil {
+	if c.breaker, err = kit.NewBreaker(kit.BreakerConfig{Window: bc.Window, MaxShare: bc.MaxShare, MaxCount: bc.MaxCount}, clock); err != nil {
 		return nil, fmt.Errorf("breaker: %w", err)
 	}
 	sst, err := sweep.NewSQLiteStore(ctx, c.db)
@@ -308,29 +226,6 @@ func (c *campaigns) loop(name string, run func(context.Context) error) {
 			c.log.Error().Err(err).Str("engine", name).Msg("campaign engine stopped")
 		}
 	}()
-}
-
-// scheduledSweep runs one nightly sweep; a night whose previous sweep is
-// still running is skipped rather than queued.
-func (c *campaigns) scheduledSweep(spec sweep.Spec) {
-	if !c.sweeping.CompareAndSwap(false, true) {
-		c.log.Warn().Msg("scheduled sweep skipped: the previous one is still running")
-		return
-	}
-	c.wg.Add(1)
-	defer c.wg.Done()
-	defer c.sweeping.Store(false)
-	rec, err := c.sweep.Start(c.ctx, spec)
-	if err != nil {
-		c.log.Error().Err(err).Msg("scheduled sweep not started")
-		return
-	}
-	if err := c.s.Audit(c.ctx, "schedule:sweep", "sweep.start", rec.ID); err != nil {
-		c.log.Error().Err(err).Str("campaign", rec.ID).Msg("audit")
-	}
-	if _, err := c.sweep.Run(c.ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
-		c.log.Error().Err(err).Str("campaign", rec.ID).Msg("scheduled sweep")
-	}
 }
 
 // stop ends the schedule and the loops, and closes the engines' database.
@@ -425,538 +320,13 @@ func started(op, id string, v any) (*pb.CampaignStarted, error) {
 
 // ---------------------------------------------------------------- baselines
 
-func keyFromPB(k *pb.BaselineKey) (baselines.Key, error) {
-	if k == nil {
-		return baselines.Key{}, fmt.Errorf("%w: no key", baselines.ErrInvalid)
-	}
-	sc, err := baselines.ParseScope(k.GetScope())
-	if err != nil {
-		return baselines.Key{}, err
-	}
-	key := baselines.Key{Metric: k.GetMetric(), Scope: sc,
-		Stack: baselines.Stack{Driver: k.GetDriver(), NCCL: k.GetNccl(), RDMAStack: k.GetRdma()}}
-	return key.Normalize()
-}
-
-func filterFromPB(q *pb.BaselineQuery) (baselines.Filter, error) {
-	f := baselines.Filter{Metric: q.GetMetric(), Kind: baselines.ScopeKind(q.GetKind()), AllVersions: q.GetAllVersions()}
-	if q.GetScope() != "" {
-		sc, err := baselines.ParseScope(q.GetScope())
-		if err != nil {
-			return f, err
-		}
-		f.Scope = sc
-	}
-	return f, nil
-}
-
-// checkOf is the check that reports a metric: its first two dotted words
-// (nccl.allreduce.busbw_gbps comes from nccl.allreduce).
-func checkOf(metric string) string {
-	parts := strings.SplitN(metric, ".", 3)
-	if len(parts) < 3 {
-		return metric
-	}
-	return parts[0] + "." + parts[1]
-}
-
-func (c *campaigns) BaselineShow(ctx context.Context, req *pb.BaselineQuery) (*pb.Document, error) {
-	const op = "baseline show"
-	f, err := filterFromPB(req)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	bs, err := c.bl.List(ctx, f)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if bs == nil {
-		bs = []baselines.Baseline{}
-	}
-	return jsonDoc(op, bs)
-}
-
-func (c *campaigns) BaselineHistory(ctx context.Context, req *pb.BaselineKeyRequest) (*pb.Document, error) {
-	const op = "baseline history"
-	key, err := keyFromPB(req.GetKey())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	bs, err := c.bl.History(ctx, key)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, bs)
-}
-
-func (c *campaigns) BaselineSet(ctx context.Context, req *pb.BaselineSetRequest) (*pb.Document, error) {
-	const op = "baseline set"
-	key, err := keyFromPB(req.GetKey())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if req.GetValue() <= 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "%s: value must be positive", op)
-	}
-	dir := baselines.Direction(req.GetDirection())
-	if dir == "" {
-		d, ok := baselines.DirectionFor(key.Metric)
-		if !ok {
-			return nil, status.Errorf(codes.InvalidArgument, "%s: %s: its unit says no direction; give --direction higher|lower", op, key.Metric)
-		}
-		dir = d
-	}
-	if err := c.audit(ctx, "baseline.set", fmt.Sprintf("%s = %g", key, req.GetValue())); err != nil {
-		return nil, err
-	}
-	b := baselines.Baseline{Key: key, Direction: dir, Value: req.GetValue(), Threshold: req.GetThreshold(),
-		Who: ActorFrom(ctx), Note: req.GetNote()}
-	if b.Samples, err = baselines.NewStats([]float64{req.GetValue()}); err != nil {
-		return nil, campaignErr(op, err)
-	}
-	v, err := c.bl.Set(ctx, b)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	got, err := c.bl.History(ctx, key)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	for _, h := range got {
-		if h.Version == v {
-			return jsonDoc(op, h)
-		}
-	}
-	return nil, status.Errorf(codes.Internal, "%s: version %d not stored", op, v)
-}
-
-func (c *campaigns) BaselineExport(ctx context.Context, req *pb.BaselineQuery) (*pb.Document, error) {
-	const op = "baseline export"
-	f, err := filterFromPB(req)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	var buf bytes.Buffer
-	if err := c.bl.Export(ctx, &buf, f); err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return &pb.Document{ContentType: "application/yaml", Body: buf.Bytes()}, nil
-}
-
-func (c *campaigns) BaselineImport(ctx context.Context, req *pb.BaselineImportRequest) (*pb.Document, error) {
-	const op = "baseline import"
-	if err := c.audit(ctx, "baseline.import", fmt.Sprintf("%d bytes", len(req.GetFile()))); err != nil {
-		return nil, err
-	}
-	res, err := c.bl.Import(ctx, bytes.NewReader(req.GetFile()), ActorFrom(ctx))
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, res)
-}
-
 // ---------------------------------------------------------------- sweeps
-
-func (c *campaigns) SweepStart(ctx context.Context, req *pb.SpecRequest) (*pb.CampaignStarted, error) {
-	const op = "sweep start"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	spec, err := parseSweepSpec(req.GetSpec())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if err := c.audit(ctx, "sweep.start", "selector "+spec.Selector); err != nil {
-		return nil, err
-	}
-	rec, err := c.sweep.Start(ctx, spec)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	c.auditStarted(ctx, "sweep.started", rec.ID)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		if _, err := c.sweep.Run(c.ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
-			c.log.Error().Err(err).Str("campaign", rec.ID).Msg("sweep")
-		}
-	}()
-	return started(op, rec.ID, rec)
-}
-
-func (c *campaigns) SweepStatus(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
-	const op = "sweep status"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	if p, ok := c.sweep.Live(req.GetId()); ok {
-		return jsonDoc(op, p)
-	}
-	p, err := c.sweep.Status(ctx, req.GetId())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, p)
-}
-
-func (c *campaigns) SweepList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
-	const op = "sweep list"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	l, err := c.sweep.List(ctx)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if l == nil {
-		l = []sweep.Summary{}
-	}
-	return jsonDoc(op, l)
-}
-
-func (c *campaigns) SweepReport(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
-	const op = "sweep report"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	r, err := c.sweep.Report(ctx, req.GetId())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, r)
-}
 
 // ---------------------------------------------------------------- rollouts
 
-// rolloutInputs parses a rollout request: the spec and the matrix sent
-// with it, else the configured one.
-func (c *campaigns) rolloutInputs(req *pb.SpecRequest) (*rollout.Spec, *compat.Matrix, error) {
-	spec, err := rollout.ParseSpec(req.GetSpec())
-	if err != nil {
-		return nil, nil, err
-	}
-	var m *compat.Matrix
-	switch {
-	case len(req.GetMatrix()) > 0:
-		m, err = compat.Parse(req.GetMatrix())
-	case c.matrix != "":
-		var b []byte
-		if b, err = os.ReadFile(c.matrix); err == nil {
-			m, err = compat.Parse(b)
-		}
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("compatibility matrix: %w", err)
-	}
-	return spec, m, nil
-}
-
-func (c *campaigns) RolloutPlan(ctx context.Context, req *pb.SpecRequest) (*pb.Document, error) {
-	const op = "rollout plan"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	spec, m, err := c.rolloutInputs(req)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	p, err := rollout.Plan(ctx, spec, c.fleet, m)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, p)
-}
-
-func (c *campaigns) RolloutStart(ctx context.Context, req *pb.SpecRequest) (*pb.CampaignStarted, error) {
-	const op = "rollout start"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	spec, m, err := c.rolloutInputs(req)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if err := c.audit(ctx, "rollout.start", fmt.Sprintf("%s to driver %s on %q", spec.Name, spec.Target.Driver, spec.Selector)); err != nil {
-		return nil, err
-	}
-	id, err := c.rollout.Start(ctx, spec, m)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	c.auditStarted(ctx, "rollout.started", id)
-	st, err := c.rollout.Status(id)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return started(op, id, st)
-}
-
-func (c *campaigns) RolloutStatus(_ context.Context, req *pb.CampaignRef) (*pb.Document, error) {
-	const op = "rollout status"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	st, err := c.rollout.Status(req.GetId())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, st)
-}
-
-func (c *campaigns) RolloutList(_ context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	l := c.rollout.List()
-	if l == nil {
-		l = []rollout.Summary{}
-	}
-	return jsonDoc("rollout list", l)
-}
-
-func (c *campaigns) RolloutControl(ctx context.Context, req *pb.RolloutControlRequest) (*pb.Document, error) {
-	op := "rollout " + req.GetAction()
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	id := req.GetId()
-	var act func() error
-	switch req.GetAction() {
-	case "pause":
-		act = func() error { return c.rollout.Pause(ctx, id, req.GetReason()) }
-	case "resume":
-		act = func() error { return c.rollout.Resume(ctx, id) }
-	case "abort":
-		act = func() error { return c.rollout.Abort(ctx, id) }
-	case "rollback":
-		act = func() error { return c.rollout.Rollback(ctx, id) }
-	case "approve":
-		act = func() error { return c.rollout.Approve(ctx, id) }
-	default:
-		return nil, status.Errorf(codes.InvalidArgument, "rollout: action %q: must be pause, resume, abort, rollback or approve", req.GetAction())
-	}
-	if _, err := c.rollout.Status(id); err != nil {
-		return nil, campaignErr(op, err)
-	}
-	detail := id
-	if req.GetReason() != "" {
-		detail += ": " + req.GetReason()
-	}
-	if err := c.audit(ctx, "rollout."+req.GetAction(), detail); err != nil {
-		return nil, err
-	}
-	if err := act(); err != nil {
-		return nil, campaignErr(op, err)
-	}
-	st, err := c.rollout.Status(id)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, st)
-}
-
 // ---------------------------------------------------------------- burn-ins
 
-func (c *campaigns) BurninStart(ctx context.Context, req *pb.SpecRequest) (*pb.CampaignStarted, error) {
-	const op = "burnin start"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	spec, err := burnin.ParseSpec(req.GetSpec())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if err := c.audit(ctx, "burnin.start", fmt.Sprintf("%s on %q", spec.Name, spec.Selector)); err != nil {
-		return nil, err
-	}
-	id, err := c.burnin.Start(ctx, spec)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	c.auditStarted(ctx, "burnin.started", id)
-	st, err := c.burnin.Status(ctx, id)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return started(op, id, st)
-}
-
-func (c *campaigns) BurninStatus(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
-	const op = "burnin status"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	st, err := c.burnin.Status(ctx, req.GetId())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, st)
-}
-
-func (c *campaigns) BurninList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
-	const op = "burnin list"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	l, err := c.burnin.List(ctx)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if l == nil {
-		l = []burnin.CampaignStatus{}
-	}
-	return jsonDoc(op, l)
-}
-
-func (c *campaigns) BurninReport(ctx context.Context, req *pb.ReportRequest) (*pb.Document, error) {
-	const op = "burnin report"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	r, err := c.burnin.Report(ctx, req.GetId())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	switch req.GetFormat() {
-	case "", "json":
-		return jsonDoc(op, r)
-	case "html":
-		var buf bytes.Buffer
-		if err := c.burnin.WriteHTML(&buf, r); err != nil {
-			return nil, campaignErr(op, err)
-		}
-		return &pb.Document{ContentType: "text/html", Body: buf.Bytes()}, nil
-	}
-	return nil, status.Errorf(codes.InvalidArgument, "%s: format %q: must be json or html", op, req.GetFormat())
-}
-
-func (c *campaigns) BurninCancel(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
-	const op = "burnin cancel"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	if _, err := c.burnin.Status(ctx, req.GetId()); err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if err := c.audit(ctx, "burnin.cancel", req.GetId()+": "+req.GetReason()); err != nil {
-		return nil, err
-	}
-	if err := c.burnin.Cancel(ctx, req.GetId(), req.GetReason()); err != nil {
-		return nil, campaignErr(op, err)
-	}
-	st, err := c.burnin.Status(ctx, req.GetId())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, st)
-}
-
 // ---------------------------------------------------------------- drills
-
-func (c *campaigns) DrillStart(ctx context.Context, req *pb.SpecRequest) (*pb.CampaignStarted, error) {
-	const op = "drill start"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	spec, err := drill.ParseSpec(req.GetSpec())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if err := c.audit(ctx, "drill.start", spec.Name); err != nil {
-		return nil, err
-	}
-	id, err := c.drill.Start(ctx, spec)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	c.auditStarted(ctx, "drill.started", id)
-	d, err := c.drill.Get(ctx, id)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return started(op, id, d)
-}
-
-func (c *campaigns) DrillStatus(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
-	const op = "drill status"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	d, err := c.drill.Get(ctx, req.GetId())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, d)
-}
-
-func (c *campaigns) DrillList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
-	const op = "drill list"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	l, err := c.drill.List(ctx)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if l == nil {
-		l = []drill.Drill{}
-	}
-	return jsonDoc(op, l)
-}
-
-func (c *campaigns) DrillReport(ctx context.Context, req *pb.DrillReportRequest) (*pb.Document, error) {
-	const op = "drill report"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	o := drill.ReportOptions{Fault: req.GetFault()}
-	for _, t := range []struct {
-		s   string
-		dst *time.Time
-	}{{req.GetSince(), &o.Since}, {req.GetUntil(), &o.Until}} {
-		if t.s == "" {
-			continue
-		}
-		v, err := time.Parse(time.RFC3339, t.s)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
-		}
-		*t.dst = v
-	}
-	if req.GetBucket() != "" {
-		d, err := time.ParseDuration(req.GetBucket())
-		if err != nil || d <= 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "%s: bucket %q: a positive duration", op, req.GetBucket())
-		}
-		o.Bucket = d
-	}
-	r, err := c.drill.Report(ctx, o)
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, r)
-}
-
-func (c *campaigns) DrillAbort(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
-	const op = "drill abort"
-	if err := c.needFleet(); err != nil {
-		return nil, err
-	}
-	if _, err := c.drill.Get(ctx, req.GetId()); err != nil {
-		return nil, campaignErr(op, err)
-	}
-	if err := c.audit(ctx, "drill.abort", req.GetId()+": "+req.GetReason()); err != nil {
-		return nil, err
-	}
-	if err := c.drill.Abort(ctx, req.GetId(), req.GetReason()); err != nil {
-		return nil, campaignErr(op, err)
-	}
-	d, err := c.drill.Get(ctx, req.GetId())
-	if err != nil {
-		return nil, campaignErr(op, err)
-	}
-	return jsonDoc(op, d)
-}
 
 // conditions is the node condition writer; nil unless drains go through Kubernetes.
 func (s *Server) conditions() *conditionWriter {
@@ -976,7 +346,7 @@ func (s *Server) drainPolicy() *drainPolicy {
 
 // campaignFleet is the fleet campaigns run on: Options.Fleet when the
 // caller wired one in (a simulated fleet), else the agents' streams.
-func (s *Server) campaignFleet() campaign.Fleet {
+func (s *Server) campaignFleet() kit.Fleet {
 	if s.opts.Fleet != nil {
 		return s.opts.Fleet
 	}

@@ -13,12 +13,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
+	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/rollout"
-	"github.com/fleetcheck/fleetcheck/simfleet"
-	"github.com/fleetcheck/fleetcheck/store"
-	"github.com/fleetcheck/fleetcheck/sweep"
+	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
 
 // campaignServer starts a coordinator whose campaigns run on a simulated

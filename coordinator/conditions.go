@@ -9,9 +9,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	k8sdrain "github.com/fleetcheck/fleetcheck/drain/kubernetes"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	k8sdrain "github.com/fleetcheck/fleetcheck/internal/drain/kubernetes"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 // conditionRefresh rewrites unchanged node conditions this often, so their

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	k8sdrain "github.com/fleetcheck/fleetcheck/drain/kubernetes"
+	k8sdrain "github.com/fleetcheck/fleetcheck/internal/drain/kubernetes"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )

@@ -8,9 +8,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/membership"
-	"github.com/fleetcheck/fleetcheck/pki"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/membership"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
 )
 
 // Config is the coordinator's YAML configuration. Zero values take the

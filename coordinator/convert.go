@@ -1,9 +1,9 @@
 package coordinator
 
 import (
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/store"
-	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // Protobuf types stay at this edge: these functions convert to and from

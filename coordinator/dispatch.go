@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/store"
 )
 
 // Outcome statuses beyond a result's own pass|warn|fail|error.

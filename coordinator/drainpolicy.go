@@ -13,10 +13,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/fleetcheck/fleetcheck/campaign"
-	"github.com/fleetcheck/fleetcheck/drain"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 // DrainPolicyConfig says which findings take a node out of service when
@@ -40,7 +40,7 @@ type DrainPolicyConfig struct {
 
 // policyActions are the actions the policy may name: the ones that need
 // the node's work moved off it. restart_app, monitor and none are about
-// the job or nothing, never about the node (DESIGN.md: application Xids
+// the job or nothing, never about the node (docs/design.md: application Xids
 // never drain a node on their own).
 var policyActions = []report.Action{report.ActionDrain, report.ActionResetGPU, report.ActionReboot, report.ActionReplace, report.ActionReseat}
 
@@ -103,7 +103,7 @@ type drainPolicy struct {
 	cfg     DrainPolicyConfig
 	adapter drain.Adapter
 	via     string // the adapter's name, for reasons
-	breaker *campaign.Breaker
+	breaker *kit.Breaker
 	log     zerolog.Logger
 	ctx     context.Context
 	wg      sync.WaitGroup
@@ -116,7 +116,7 @@ type drainPolicy struct {
 	foreign map[string]bool              // drained by someone else when last tried
 }
 
-func newDrainPolicy(ctx context.Context, s *Server, cfg DrainPolicyConfig, adapter drain.Adapter, via string, breaker *campaign.Breaker, log zerolog.Logger) *drainPolicy {
+func newDrainPolicy(ctx context.Context, s *Server, cfg DrainPolicyConfig, adapter drain.Adapter, via string, breaker *kit.Breaker, log zerolog.Logger) *drainPolicy {
 	if via == "" {
 		via = "none"
 	}
@@ -379,11 +379,11 @@ func (p *drainPolicy) reconcile(ctx context.Context, e *nodeEntry, why string) {
 
 // breakerRecords are the policy drains the store holds, for the breaker
 // after a restart.
-func policyBreakerRecords(nodes []store.Node) []campaign.DrainRecord {
-	var out []campaign.DrainRecord
+func policyBreakerRecords(nodes []store.Node) []kit.DrainRecord {
+	var out []kit.DrainRecord
 	for _, n := range nodes {
 		if campaignOwned(n.State) && byPolicy(n.StateReason) {
-			out = append(out, campaign.DrainRecord{Node: n.Name, Campaign: policyActor, At: n.StateSince})
+			out = append(out, kit.DrainRecord{Node: n.Name, Campaign: policyActor, At: n.StateSince})
 		}
 	}
 	return out

@@ -8,7 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/fleetcheck/fleetcheck/sweep"
+	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 )
 
 // configKeys lists every YAML key of the coordinator config as a dotted

@@ -10,13 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/selector"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/selector"
-	"github.com/fleetcheck/fleetcheck/store"
-	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // Params a campaign may hand RunAction that are not the action's own: the
@@ -40,7 +40,7 @@ var (
 	fleetActionRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$`)
 )
 
-// Fleet is the coordinator as campaigns see it (campaign.Fleet), over the
+// Fleet is the coordinator as campaigns see it (kit.Fleet), over the
 // agent streams:
 //
 //   - Nodes lists the stored nodes a selector picks, with the live view's
@@ -54,19 +54,19 @@ var (
 //   - RunAction sends an action by name with its parameters, after an
 //     audit event, and waits for DONE, FAILED or REFUSED.
 //
-// Errors wrap campaign.ErrUnreachable (not connected, or the stream was
+// Errors wrap kit.ErrUnreachable (not connected, or the stream was
 // lost and not back within three heartbeat intervals), ErrRefused (the
 // agent's reason, or an agent too old for the request) and ErrTimeout (no
 // answer within opts.Timeout). Every call is bounded by opts.Timeout
 // (default 2m) and ctx.
-func (s *Server) Fleet() campaign.Fleet { return &fleet{s: s} }
+func (s *Server) Fleet() kit.Fleet { return &fleet{s: s} }
 
 type fleet struct{ s *Server }
 
-var _ campaign.Fleet = (*fleet)(nil)
+var _ kit.Fleet = (*fleet)(nil)
 
 // Nodes lists the nodes matching a label selector ("" = all).
-func (f *fleet) Nodes(ctx context.Context, sel string) ([]campaign.Node, error) {
+func (f *fleet) Nodes(ctx context.Context, sel string) ([]kit.Node, error) {
 	s := f.s
 	parsed, err := selector.Parse(sel)
 	if err != nil {
@@ -80,12 +80,12 @@ func (f *fleet) Nodes(ctx context.Context, sel string) ([]campaign.Node, error) 
 	if err != nil {
 		return nil, fmt.Errorf("nodes: %w", err)
 	}
-	out := make([]campaign.Node, 0, len(nodes))
+	out := make([]kit.Node, 0, len(nodes))
 	for _, n := range nodes {
 		if !parsed.Matches(n.Name, n.Labels) {
 			continue
 		}
-		cn := campaign.Node{Name: n.Name, Labels: n.Labels, State: n.State, Inventory: n.Inventory}
+		cn := kit.Node{Name: n.Name, Labels: n.Labels, State: n.State, Inventory: n.Inventory}
 		reason := n.StateReason
 		// The live view is fresher than the store for the state, the
 		// connection and the activity.
@@ -122,7 +122,7 @@ func activityName(a pb.NodeActivity) string {
 }
 
 // RunChecks runs named checks on one node and returns its report.
-func (f *fleet) RunChecks(ctx context.Context, node string, names []string, opts campaign.RunOptions) (*report.Report, error) {
+func (f *fleet) RunChecks(ctx context.Context, node string, names []string, opts kit.RunOptions) (*report.Report, error) {
 	timeout, err := fleetTimeout(opts.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("run %s on %s: %w", strings.Join(names, ","), node, err)
@@ -140,7 +140,7 @@ func (f *fleet) RunChecks(ctx context.Context, node string, names []string, opts
 		return nil, err
 	}
 	if len(opts.Params) > 0 && !speaksFeatures(sess.protocol) {
-		return nil, fmt.Errorf("node %s: agent speaks protocol %s; run parameters need %s: %w", node, sess.protocol, version.Features1_1, campaign.ErrRefused)
+		return nil, fmt.Errorf("node %s: agent speaks protocol %s; run parameters need %s: %w", node, sess.protocol, version.Features1_1, kit.ErrRefused)
 	}
 	w, done, err := f.dispatch(ctx, []*session{sess})
 	if err != nil {
@@ -163,7 +163,7 @@ func (f *fleet) RunChecks(ctx context.Context, node string, names []string, opts
 // RunMulti runs a multi-node check: nodes[0] launches, the others take
 // part. It returns the launcher's report; each peer's side is stored as
 // its own result under the same work id.
-func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts campaign.RunOptions) (*report.Report, error) {
+func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts kit.RunOptions) (*report.Report, error) {
 	what := fmt.Sprintf("run %s across %s", check, strings.Join(nodes, ","))
 	timeout, err := fleetTimeout(opts.Timeout)
 	if err != nil {
@@ -186,7 +186,7 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 		seen[n] = true
 	}
 	if len(opts.Params) > 0 {
-		return nil, fmt.Errorf("%s: a multi-node run takes no parameters (the agents' multi_node.launcher_command fixes them): %w", what, campaign.ErrRefused)
+		return nil, fmt.Errorf("%s: a multi-node run takes no parameters (the agents' multi_node.launcher_command fixes them): %w", what, kit.ErrRefused)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -198,9 +198,9 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 		}
 		switch {
 		case !speaksFeatures(sess.protocol):
-			return nil, fmt.Errorf("%s: agent on %s speaks protocol %s; multi-node runs need %s: %w", what, n, sess.protocol, version.Features1_1, campaign.ErrRefused)
+			return nil, fmt.Errorf("%s: agent on %s speaks protocol %s; multi-node runs need %s: %w", what, n, sess.protocol, version.Features1_1, kit.ErrRefused)
 		case !sess.multiNode:
-			return nil, fmt.Errorf("%s: agent on %s has no multi_node section in its config: %w", what, n, campaign.ErrRefused)
+			return nil, fmt.Errorf("%s: agent on %s has no multi_node section in its config: %w", what, n, kit.ErrRefused)
 		}
 		sessions[i] = sess
 	}
@@ -254,7 +254,7 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 	}
 	if left <= 0 {
 		callOff("the call's time ran out before the launch")
-		return nil, fmt.Errorf("%s: no time left to launch within %s: %w", what, timeout, campaign.ErrTimeout)
+		return nil, fmt.Errorf("%s: no time left to launch within %s: %w", what, timeout, kit.ErrTimeout)
 	}
 	if err := sendTo(launcher, run(pb.MultiRole_MULTI_ROLE_LAUNCHER, agentTimeout(left))); err != nil {
 		callOff(fmt.Sprintf("launcher %s could not be asked", launcher.node))
@@ -292,17 +292,17 @@ func (f *fleet) endMulti(node string, end *pb.EndMulti) {
 // revert_after and revert_on_disconnect parameters become the request's
 // revert timers and drill_id its reason; every other parameter goes to
 // the agent, which checks it against its config.
-func (f *fleet) RunAction(ctx context.Context, node, action string, params map[string]string, opts campaign.RunOptions) (campaign.ActionResult, error) {
+func (f *fleet) RunAction(ctx context.Context, node, action string, params map[string]string, opts kit.RunOptions) (kit.ActionResult, error) {
 	s := f.s
 	if params == nil {
 		params = opts.Params
 	}
 	timeout, err := fleetTimeout(opts.Timeout)
 	if err != nil {
-		return campaign.ActionResult{}, fmt.Errorf("action %s on %s: %w", action, node, err)
+		return kit.ActionResult{}, fmt.Errorf("action %s on %s: %w", action, node, err)
 	}
 	if !fleetActionRE.MatchString(action) {
-		return campaign.ActionResult{}, fmt.Errorf("action %q on %s: lowercase letters, digits, '.', '_', '-' (at most 64)", action, node)
+		return kit.ActionResult{}, fmt.Errorf("action %q on %s: lowercase letters, digits, '.', '_', '-' (at most 64)", action, node)
 	}
 	req := &pb.RunAction{Action: action, TimeoutMs: agentTimeout(timeout).Milliseconds(), Params: map[string]string{}}
 	for k, v := range params {
@@ -310,7 +310,7 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 		case ParamRevertAfter, ParamRevertOnDisconnect:
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return campaign.ActionResult{}, fmt.Errorf("action %s on %s: %s %q: want a positive duration", action, node, k, v)
+				return kit.ActionResult{}, fmt.Errorf("action %s on %s: %s %q: want a positive duration", action, node, k, v)
 			}
 			if k == ParamRevertAfter {
 				req.RevertAfterMs = d.Milliseconds()
@@ -324,7 +324,7 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 		}
 	}
 	if err := validFleetParams(req.Params); err != nil {
-		return campaign.ActionResult{}, fmt.Errorf("action %s on %s: %w", action, node, err)
+		return kit.ActionResult{}, fmt.Errorf("action %s on %s: %w", action, node, err)
 	}
 	if len(req.Reason) > maxActionReasonBytes {
 		req.Reason = req.Reason[:maxActionReasonBytes]
@@ -333,19 +333,19 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 	defer cancel()
 	sess, err := f.session(node)
 	if err != nil {
-		return campaign.ActionResult{}, err
+		return kit.ActionResult{}, err
 	}
 	switch {
 	case !speaksFeatures(sess.protocol):
-		return campaign.ActionResult{}, fmt.Errorf("node %s: agent speaks protocol %s; actions need %s: %w", node, sess.protocol, version.Features1_1, campaign.ErrRefused)
+		return kit.ActionResult{}, fmt.Errorf("node %s: agent speaks protocol %s; actions need %s: %w", node, sess.protocol, version.Features1_1, kit.ErrRefused)
 	case !slices.Contains(sess.actions, action):
-		return campaign.ActionResult{}, fmt.Errorf("node %s: action %q is not in the agent's config (it has: %s): %w",
-			node, action, strings.Join(sess.actions, ", "), campaign.ErrRefused)
+		return kit.ActionResult{}, fmt.Errorf("node %s: action %q is not in the agent's config (it has: %s): %w",
+			node, action, strings.Join(sess.actions, ", "), kit.ErrRefused)
 	}
 	req.ActionId = newActionID(s.now())
 	if opts.ID != "" {
 		if !actionIDRE.MatchString(opts.ID) {
-			return campaign.ActionResult{}, fmt.Errorf("action %s on %s: id %q: letters, digits, '.', '_', ':', '-' (at most 128)", action, node, opts.ID)
+			return kit.ActionResult{}, fmt.Errorf("action %s on %s: id %q: letters, digits, '.', '_', ':', '-' (at most 128)", action, node, opts.ID)
 		}
 		req.ActionId = opts.ID
 	}
@@ -359,12 +359,12 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 		detail += " with " + strings.Join(ps, " ")
 	}
 	if err := s.AuditNode(ctx, node, actor, "action", detail); err != nil {
-		return campaign.ActionResult{}, fmt.Errorf("action %s on %s not sent: %w", action, node, err)
+		return kit.ActionResult{}, fmt.Errorf("action %s on %s not sent: %w", action, node, err)
 	}
 	pa := s.acts.add(req.ActionId, node)
 	defer s.acts.remove(req.ActionId)
 	if err := sendTo(sess, &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunAction{RunAction: req}}); err != nil {
-		return campaign.ActionResult{}, err
+		return kit.ActionResult{}, err
 	}
 	return f.awaitAction(ctx, pa, sess, timeout, req)
 }
@@ -381,7 +381,7 @@ const maxActionReasonBytes = 256
 // still runs it answers (it never runs an id twice), and one that was
 // restarted, which lost the action with its process, runs it now instead
 // of leaving the call waiting for an answer that cannot come.
-func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *session, timeout time.Duration, req *pb.RunAction) (campaign.ActionResult, error) {
+func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *session, timeout time.Duration, req *pb.RunAction) (kit.ActionResult, error) {
 	accepted := false
 	lost := f.watchStream(pa.node, sess)
 	defer lost.stop()
@@ -402,22 +402,22 @@ func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *sessio
 			case pb.ActionStatus_STATE_ACCEPTED:
 				accepted = true
 			case pb.ActionStatus_STATE_REFUSED:
-				return campaign.ActionResult{Message: st.GetMessage()}, fmt.Errorf("node %s refused %s: %s: %w", pa.node, pa.id, st.GetMessage(), campaign.ErrRefused)
+				return kit.ActionResult{Message: st.GetMessage()}, fmt.Errorf("node %s refused %s: %s: %w", pa.node, pa.id, st.GetMessage(), kit.ErrRefused)
 			case pb.ActionStatus_STATE_DONE, pb.ActionStatus_STATE_FAILED:
-				return campaign.ActionResult{OK: st.GetState() == pb.ActionStatus_STATE_DONE, Message: st.GetMessage(), Output: st.GetOutput()}, nil
+				return kit.ActionResult{OK: st.GetState() == pb.ActionStatus_STATE_DONE, Message: st.GetMessage(), Output: st.GetOutput()}, nil
 			}
 		case <-lost.gone():
 			if lost.expired() {
-				return campaign.ActionResult{}, fmt.Errorf("node %s: stream lost during action %s and not back within %s: %w", pa.node, pa.id, lost.grace, campaign.ErrUnreachable)
+				return kit.ActionResult{}, fmt.Errorf("node %s: stream lost during action %s and not back within %s: %w", pa.node, pa.id, lost.grace, kit.ErrUnreachable)
 			}
 			resend()
 		case <-lost.changed():
 			lost.check()
 			resend()
 		case <-ctx.Done():
-			return campaign.ActionResult{}, f.deadlineError(ctx, pa.node, "action "+pa.id, accepted, timeout)
+			return kit.ActionResult{}, f.deadlineError(ctx, pa.node, "action "+pa.id, accepted, timeout)
 		case <-f.s.stopping:
-			return campaign.ActionResult{}, fmt.Errorf("node %s: coordinator stopping: %w", pa.node, campaign.ErrUnreachable)
+			return kit.ActionResult{}, fmt.Errorf("node %s: coordinator stopping: %w", pa.node, kit.ErrUnreachable)
 		}
 	}
 }
@@ -431,9 +431,9 @@ func (f *fleet) session(node string) (*session, error) {
 		if sess != nil && sess.ctx.Err() == nil {
 			return sess, nil
 		}
-		return nil, fmt.Errorf("node %s: not connected: %w", node, campaign.ErrUnreachable)
+		return nil, fmt.Errorf("node %s: not connected: %w", node, kit.ErrUnreachable)
 	}
-	return nil, fmt.Errorf("node %s: unknown node: %w", node, campaign.ErrUnreachable)
+	return nil, fmt.Errorf("node %s: unknown node: %w", node, kit.ErrUnreachable)
 }
 
 // dispatch registers a work for the sessions' nodes, in the work table and
@@ -459,9 +459,9 @@ func sendTo(sess *session, m *pb.CoordinatorMessage) error {
 		return nil
 	}
 	if sess.ctx.Err() != nil {
-		return fmt.Errorf("node %s: stream lost before the request was sent: %w", sess.node, campaign.ErrUnreachable)
+		return fmt.Errorf("node %s: stream lost before the request was sent: %w", sess.node, kit.ErrUnreachable)
 	}
-	return fmt.Errorf("node %s: send queue full: %w", sess.node, campaign.ErrUnreachable)
+	return fmt.Errorf("node %s: send queue full: %w", sess.node, kit.ErrUnreachable)
 }
 
 // await waits for node's outcome of w (or, with untilAccepted, for its
@@ -491,7 +491,7 @@ func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, 
 		accepted, o, r := w.state(node)
 		switch {
 		case o != nil && o.GetStatus() == OutcomeRefused:
-			return nil, nil, fmt.Errorf("node %s refused: %s: %w", node, o.GetReason(), campaign.ErrRefused)
+			return nil, nil, fmt.Errorf("node %s refused: %s: %w", node, o.GetReason(), kit.ErrRefused)
 		case o != nil:
 			return o, r, nil
 		case accepted && untilAccepted:
@@ -501,7 +501,7 @@ func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, 
 		case <-w.changed:
 		case <-lost.gone():
 			if lost.expired() {
-				return nil, nil, fmt.Errorf("node %s: stream lost during the run and not back within %s: %w", node, lost.grace, campaign.ErrUnreachable)
+				return nil, nil, fmt.Errorf("node %s: stream lost during the run and not back within %s: %w", node, lost.grace, kit.ErrUnreachable)
 			}
 			again()
 		case <-lost.changed():
@@ -510,7 +510,7 @@ func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, 
 		case <-ctx.Done():
 			return nil, nil, f.deadlineError(ctx, node, "work "+w.id, accepted, timeout)
 		case <-f.s.stopping:
-			return nil, nil, fmt.Errorf("node %s: coordinator stopping: %w", node, campaign.ErrUnreachable)
+			return nil, nil, fmt.Errorf("node %s: coordinator stopping: %w", node, kit.ErrUnreachable)
 		}
 	}
 }
@@ -523,12 +523,12 @@ func (f *fleet) deadlineError(ctx context.Context, node, what string, accepted b
 		return fmt.Errorf("node %s: %s: %w", node, what, ctx.Err())
 	}
 	if _, err := f.session(node); err != nil {
-		return fmt.Errorf("node %s: %s: not connected at the deadline (%s): %w", node, what, timeout, campaign.ErrUnreachable)
+		return fmt.Errorf("node %s: %s: not connected at the deadline (%s): %w", node, what, timeout, kit.ErrUnreachable)
 	}
 	if accepted {
-		return fmt.Errorf("node %s: %s accepted, no answer within %s: %w", node, what, timeout, campaign.ErrTimeout)
+		return fmt.Errorf("node %s: %s accepted, no answer within %s: %w", node, what, timeout, kit.ErrTimeout)
 	}
-	return fmt.Errorf("node %s: %s: no answer within %s: %w", node, what, timeout, campaign.ErrTimeout)
+	return fmt.Errorf("node %s: %s: no answer within %s: %w", node, what, timeout, kit.ErrTimeout)
 }
 
 // streamWatch follows a node's stream through a call: when it ends, the

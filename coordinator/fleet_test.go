@@ -11,12 +11,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/agent"
-	"github.com/fleetcheck/fleetcheck/campaign"
-	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
+	"github.com/fleetcheck/fleetcheck/node/host/sim"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/sim"
-	"github.com/fleetcheck/fleetcheck/store"
 )
 
 // fleetAgentYAML configures the real agents of these tests: the actions a
@@ -107,7 +107,7 @@ func startAgentOn(t *testing.T, s *Server, n *sim.Node, name string, mod func(*a
 }
 
 // waitConnected waits until every node is connected with an inventory.
-func waitConnected(t *testing.T, f campaign.Fleet, names ...string) {
+func waitConnected(t *testing.T, f kit.Fleet, names ...string) {
 	t.Helper()
 	testwait.Until(t, 20*time.Second, "agents connected", func() bool {
 		nodes, err := f.Nodes(context.Background(), "name in ("+strings.Join(names, ",")+")")
@@ -133,7 +133,7 @@ func TestFleetOverRealAgents(t *testing.T) {
 	startSimAgent(t, s, fabric, "gpu-003", func(c *agent.Config) { c.Activity = agent.ActivityBusy })
 	waitConnected(t, f, "gpu-001", "gpu-002", "gpu-003")
 	ctx := context.Background()
-	opts := campaign.RunOptions{Timeout: 20 * time.Second}
+	opts := kit.RunOptions{Timeout: 20 * time.Second}
 
 	t.Run("nodes", func(t *testing.T) {
 		nodes, err := f.Nodes(ctx, "name in (gpu-001,gpu-003)")
@@ -162,7 +162,7 @@ func TestFleetOverRealAgents(t *testing.T) {
 			t.Errorf("report: %+v", rep)
 		}
 		// Parameters reach the tool.
-		rep, err = f.RunChecks(ctx, "gpu-002", []string{"nccl.allreduce"}, campaign.RunOptions{Timeout: 20 * time.Second, Params: map[string]string{"max_bytes": "1G"}})
+		rep, err = f.RunChecks(ctx, "gpu-002", []string{"nccl.allreduce"}, kit.RunOptions{Timeout: 20 * time.Second, Params: map[string]string{"max_bytes": "1G"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,25 +173,25 @@ func TestFleetOverRealAgents(t *testing.T) {
 
 	t.Run("refused", func(t *testing.T) {
 		_, err := f.RunChecks(ctx, "gpu-001", []string{"dcgm.diag"}, opts)
-		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "not enabled") {
+		if !errors.Is(err, kit.ErrRefused) || !strings.Contains(err.Error(), "not enabled") {
 			t.Errorf("disabled check: %v", err)
 		}
 		_, err = f.RunChecks(ctx, "gpu-003", []string{"nccl.allreduce"}, opts)
-		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "node is busy") {
+		if !errors.Is(err, kit.ErrRefused) || !strings.Contains(err.Error(), "node is busy") {
 			t.Errorf("disruptive on a busy node: %v", err)
 		}
 		_, err = f.RunAction(ctx, "gpu-001", "rm-rf", nil, opts)
-		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "not in the agent's config") {
+		if !errors.Is(err, kit.ErrRefused) || !strings.Contains(err.Error(), "not in the agent's config") {
 			t.Errorf("unknown action: %v", err)
 		}
 		_, err = f.RunAction(ctx, "gpu-001", "driver-upgrade", map[string]string{"version": "550.54.15 && reboot"}, opts)
-		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "characters no parameter may hold") {
+		if !errors.Is(err, kit.ErrRefused) || !strings.Contains(err.Error(), "characters no parameter may hold") {
 			t.Errorf("hostile parameter: %v", err)
 		}
 	})
 
 	t.Run("unreachable", func(t *testing.T) {
-		if _, err := f.RunChecks(ctx, "gpu-404", []string{"gpu.ecc"}, opts); !errors.Is(err, campaign.ErrUnreachable) {
+		if _, err := f.RunChecks(ctx, "gpu-404", []string{"gpu.ecc"}, opts); !errors.Is(err, kit.ErrUnreachable) {
 			t.Errorf("unknown node: %v", err)
 		}
 	})
@@ -230,7 +230,7 @@ func TestFleetOverRealAgents(t *testing.T) {
 		a2.node.ClearFault(sim.KindSlowNode, "")
 		// A busy peer refuses; the run is called off before any launch.
 		_, err = f.RunMulti(ctx, []string{"gpu-001", "gpu-003"}, "nccl.allreduce", opts)
-		if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "gpu-003") {
+		if !errors.Is(err, kit.ErrRefused) || !strings.Contains(err.Error(), "gpu-003") {
 			t.Errorf("busy peer: %v", err)
 		}
 		// gpu-001 is free again: a single-node run is accepted.
@@ -277,10 +277,10 @@ func TestFleetOverRealAgents(t *testing.T) {
 			return len(nodes) == 1 && !nodes[0].Connected
 		})
 
-		if _, err := f.RunChecks(ctx, "gpu-002", []string{"gpu.ecc"}, opts); !errors.Is(err, campaign.ErrUnreachable) {
+		if _, err := f.RunChecks(ctx, "gpu-002", []string{"gpu.ecc"}, opts); !errors.Is(err, kit.ErrUnreachable) {
 			t.Errorf("stopped agent: %v", err)
 		}
-		if _, err := f.RunMulti(ctx, []string{"gpu-001", "gpu-002"}, "nccl.allreduce", opts); !errors.Is(err, campaign.ErrUnreachable) {
+		if _, err := f.RunMulti(ctx, []string{"gpu-001", "gpu-002"}, "nccl.allreduce", opts); !errors.Is(err, kit.ErrUnreachable) {
 			t.Errorf("multi with a stopped peer: %v", err)
 		}
 	})
@@ -297,7 +297,7 @@ func TestFleetActionResentWithItsID(t *testing.T) {
 	spec.ActionDelay = time.Second
 	a := startSimAgentSpec(t, s, spec, "gpu-001", nil)
 	waitConnected(t, f, "gpu-001")
-	opts := campaign.RunOptions{Timeout: 20 * time.Second, ID: "b-20260504T080000-abc123.run7"}
+	opts := kit.RunOptions{Timeout: 20 * time.Second, ID: "b-20260504T080000-abc123.run7"}
 	params := map[string]string{"version": "550.54.15"}
 	// The first caller gives up while the agent installs (as a stopped
 	// coordinator does); the agent goes on.
@@ -313,7 +313,7 @@ func TestFleetActionResentWithItsID(t *testing.T) {
 	if n := a.node.ActionCount("driver-upgrade"); n != 1 || a.node.Driver() != "550.54.15" {
 		t.Errorf("driver-upgrade ran %d times, driver %s; want once, 550.54.15", n, a.node.Driver())
 	}
-	if _, err := f.RunAction(context.Background(), "gpu-001", "driver-upgrade", params, campaign.RunOptions{Timeout: time.Second, ID: "-x"}); err == nil {
+	if _, err := f.RunAction(context.Background(), "gpu-001", "driver-upgrade", params, kit.RunOptions{Timeout: time.Second, ID: "-x"}); err == nil {
 		t.Error("a malformed id was sent")
 	}
 }
@@ -330,13 +330,13 @@ func TestFleetActionResentToRestartedAgent(t *testing.T) {
 	a := startSimAgentSpec(t, s, spec, "gpu-001", nil)
 	waitConnected(t, f, "gpu-001")
 	type answer struct {
-		res campaign.ActionResult
+		res kit.ActionResult
 		err error
 	}
 	got := make(chan answer, 1)
 	go func() {
 		res, err := f.RunAction(context.Background(), "gpu-001", "driver-upgrade", map[string]string{"version": "550.54.15"},
-			campaign.RunOptions{Timeout: 40 * time.Second, ID: "b-20260504T080000-abc123.run9"})
+			kit.RunOptions{Timeout: 40 * time.Second, ID: "b-20260504T080000-abc123.run9"})
 		got <- answer{res, err}
 	}()
 	testwait.Until(t, 10*time.Second, "the action accepted", func() bool {
@@ -370,8 +370,8 @@ func TestFleetTimeoutAndLostStream(t *testing.T) {
 	// An agent that never answers: timed out.
 	mustConnect(t, s, "gpu-silent")
 	start := time.Now()
-	_, err := f.RunChecks(ctx, "gpu-silent", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: 300 * time.Millisecond})
-	if !errors.Is(err, campaign.ErrTimeout) {
+	_, err := f.RunChecks(ctx, "gpu-silent", []string{"gpu.ecc"}, kit.RunOptions{Timeout: 300 * time.Millisecond})
+	if !errors.Is(err, kit.ErrTimeout) {
 		t.Errorf("silent agent: %v", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
@@ -380,7 +380,7 @@ func TestFleetTimeoutAndLostStream(t *testing.T) {
 	// The caller's context bounds the call too.
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if _, err := f.RunChecks(cctx, "gpu-silent", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: time.Minute}); err == nil {
+	if _, err := f.RunChecks(cctx, "gpu-silent", []string{"gpu.ecc"}, kit.RunOptions{Timeout: time.Minute}); err == nil {
 		t.Error("no error when the caller's context ended")
 	}
 
@@ -391,26 +391,26 @@ func TestFleetTimeoutAndLostStream(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		a.close()
 	}))
-	_, err = f.RunChecks(ctx, "gpu-dying", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: time.Minute})
-	if !errors.Is(err, campaign.ErrUnreachable) || !strings.Contains(err.Error(), "stream lost") {
+	_, err = f.RunChecks(ctx, "gpu-dying", []string{"gpu.ecc"}, kit.RunOptions{Timeout: time.Minute})
+	if !errors.Is(err, kit.ErrUnreachable) || !strings.Contains(err.Error(), "stream lost") {
 		t.Errorf("dying agent: %v", err)
 	}
 
 	// An agent of protocol 1.0 is never sent what it would misread.
 	mustConnect(t, s, "gpu-old", withVersion("1.0"))
-	_, err = f.RunAction(ctx, "gpu-old", "driver-upgrade", map[string]string{"version": "550.54.15"}, campaign.RunOptions{Timeout: time.Second})
-	if !errors.Is(err, campaign.ErrRefused) || !strings.Contains(err.Error(), "protocol 1.0") {
+	_, err = f.RunAction(ctx, "gpu-old", "driver-upgrade", map[string]string{"version": "550.54.15"}, kit.RunOptions{Timeout: time.Second})
+	if !errors.Is(err, kit.ErrRefused) || !strings.Contains(err.Error(), "protocol 1.0") {
 		t.Errorf("old agent action: %v", err)
 	}
-	_, err = f.RunMulti(ctx, []string{"gpu-old", "gpu-silent"}, "nccl.allreduce", campaign.RunOptions{Timeout: time.Second})
-	if !errors.Is(err, campaign.ErrRefused) {
+	_, err = f.RunMulti(ctx, []string{"gpu-old", "gpu-silent"}, "nccl.allreduce", kit.RunOptions{Timeout: time.Second})
+	if !errors.Is(err, kit.ErrRefused) {
 		t.Errorf("old agent multi: %v", err)
 	}
 	// Bounds checked before anything is sent.
-	if _, err := f.RunChecks(ctx, "gpu-silent", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: 2 * MaxRunTimeout}); err == nil {
+	if _, err := f.RunChecks(ctx, "gpu-silent", []string{"gpu.ecc"}, kit.RunOptions{Timeout: 2 * MaxRunTimeout}); err == nil {
 		t.Error("an unbounded timeout was accepted")
 	}
-	if _, err := f.RunMulti(ctx, []string{"gpu-silent", "gpu-silent"}, "nccl.allreduce", campaign.RunOptions{}); err == nil {
+	if _, err := f.RunMulti(ctx, []string{"gpu-silent", "gpu-silent"}, "nccl.allreduce", kit.RunOptions{}); err == nil {
 		t.Error("a node named twice was accepted")
 	}
 }
@@ -436,7 +436,7 @@ func TestFleetWorkSentAgainAfterAgentRestart(t *testing.T) {
 		}))
 	}))
 	start := time.Now()
-	rep, err := f.RunChecks(ctx, "gpu-forgets", []string{"gpu.ecc"}, campaign.RunOptions{Timeout: 20 * time.Second})
+	rep, err := f.RunChecks(ctx, "gpu-forgets", []string{"gpu.ecc"}, kit.RunOptions{Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatalf("run across the agent's restart: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
 	}

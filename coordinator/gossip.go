@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/membership"
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/membership"
 )
 
 // Gossip is a liveness hint (membership package doc): a member reported

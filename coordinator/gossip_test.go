@@ -16,10 +16,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/internal/membership"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
-	"github.com/fleetcheck/fleetcheck/membership"
-	"github.com/fleetcheck/fleetcheck/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+	"github.com/fleetcheck/fleetcheck/sim/faultnet"
 )
 
 // fastGossip detects a dead member in about a second: fast enough for a
@@ -36,15 +37,15 @@ func fastGossip(c *membership.Config) {
 }
 
 // gossipNet is an in-memory network (memberlist's MockNetwork) behind a
-// FaultNetwork, with a transport per member made before any member starts.
+// faultnet.Network, with a transport per member made before any member starts.
 type gossipNet struct {
-	faults     *membership.FaultNetwork
+	faults     *faultnet.Network
 	transports map[string]memberlist.Transport
 }
 
 func newGossipNet(t *testing.T, names ...string) *gossipNet {
 	var network memberlist.MockNetwork
-	g := &gossipNet{faults: membership.NewFaultNetwork(), transports: map[string]memberlist.Transport{}}
+	g := &gossipNet{faults: faultnet.New(), transports: map[string]memberlist.Transport{}}
 	for _, n := range names {
 		g.transports[n] = g.faults.Wrap(network.NewTransport(n))
 	}

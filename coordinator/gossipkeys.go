@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetcheck/fleetcheck/membership"
+	"github.com/fleetcheck/fleetcheck/internal/membership"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 

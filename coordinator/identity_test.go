@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
-	"github.com/fleetcheck/fleetcheck/authz"
-	"github.com/fleetcheck/fleetcheck/pki"
+	"github.com/fleetcheck/fleetcheck/coordinator/authz"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
 )
 
 func TestPeerIdentity(t *testing.T) {

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/campaign"
-	"github.com/fleetcheck/fleetcheck/store"
-	"github.com/fleetcheck/fleetcheck/wire"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 )
 
 // The coordinator's fleet keeps what agents report on their own schedule
 // (its stored results): drills time detection by it.
-var _ campaign.Observer = (*fleet)(nil)
+var _ kit.Observer = (*fleet)(nil)
 
 // observeRows bounds the rows read per check or per interval estimate.
 const observeRows = 64
@@ -22,12 +22,12 @@ const observeRows = 64
 // agent ran on its own schedule (no work id: not a campaign's request;
 // not the pass after an action, which a real fault never triggers) and
 // that finished at or after since.
-func (f *fleet) Observed(ctx context.Context, node string, checks []string, since time.Time) ([]campaign.Observation, error) {
+func (f *fleet) Observed(ctx context.Context, node string, checks []string, since time.Time) ([]kit.Observation, error) {
 	db := f.s.Store()
 	if db == nil {
 		return nil, errors.New("observed: coordinator not started")
 	}
-	var out []campaign.Observation
+	var out []kit.Observation
 	for _, c := range checks {
 		rows, err := db.Results(ctx, store.ResultQuery{Node: node, Check: c, Limit: observeRows})
 		if err != nil {
@@ -38,7 +38,7 @@ func (f *fleet) Observed(ctx context.Context, node string, checks []string, sinc
 				break
 			}
 			if scheduled(r) {
-				out = append(out, campaign.Observation{Check: r.Check, At: r.Finished})
+				out = append(out, kit.Observation{Check: r.Check, At: r.Finished})
 				break
 			}
 		}

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/wire"
 )
 
 // TestObservedReadsTheAgentsOwnResults: drills time detection by what an
@@ -43,7 +43,7 @@ func TestObservedReadsTheAgentsOwnResults(t *testing.T) {
 	}
 	send(base.Add(4*time.Minute+5*time.Second), "w-drill-poll", "XID_79")
 
-	obs, ok := s.Fleet().(campaign.Observer)
+	obs, ok := s.Fleet().(kit.Observer)
 	if !ok {
 		t.Fatal("the coordinator's fleet is no campaign.Observer")
 	}
@@ -102,7 +102,7 @@ func TestObservedSkipsThePassAfterAnAction(t *testing.T) {
 			for i := range 4 { // the agent's own passes, every 60s
 				send(base.Add(time.Duration(i)*time.Minute), tc.trigger, "")
 			}
-			obs := s.Fleet().(campaign.Observer)
+			obs := s.Fleet().(kit.Observer)
 			ctx := tctx(t)
 			send(inject.Add(time.Second), tc.afterPass, "XID_79")
 			// The drill polls between the pass and the next scheduled one.

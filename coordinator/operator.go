@@ -11,17 +11,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetcheck/fleetcheck/campaign"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/selector"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/selector"
-	"github.com/fleetcheck/fleetcheck/store"
 )
 
 // RunCheck bounds.
 const (
 	DefaultRunTimeout = 2 * time.Minute
-	MinRunTimeout     = campaign.MinRunTimeout
-	MaxRunTimeout     = campaign.MaxRunTimeout
+	MinRunTimeout     = kit.MinRunTimeout
+	MaxRunTimeout     = kit.MaxRunTimeout
 	maxRunChecks      = 64
 	maxReason         = 512
 	// progressEvery coalesces progress messages for big fleets.

@@ -22,12 +22,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/fleetcheck/fleetcheck/authz"
-	"github.com/fleetcheck/fleetcheck/campaign"
-	"github.com/fleetcheck/fleetcheck/drain"
-	"github.com/fleetcheck/fleetcheck/membership"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/coordinator/authz"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/membership"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/store"
 )
 
 // ErrNoTransportSecurity is returned by New when the config is not marked
@@ -55,10 +55,10 @@ type Options struct {
 	// of what /metrics shows is read from Stats when scraped.
 	Metrics Metrics
 	// Fleet is the fleet campaigns run on; nil serves baselines only.
-	Fleet campaign.Fleet
+	Fleet kit.Fleet
 	// CampaignClock is the campaigns' clock (default the wall clock; a
 	// simulated fleet's virtual clock in tests).
-	CampaignClock campaign.Clock
+	CampaignClock kit.Clock
 	// Drain overrides the drain adapter the config names.
 	Drain drain.Adapter
 	// Gossip, when set, adjusts the gossip pool's configuration before it

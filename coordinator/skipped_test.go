@@ -3,8 +3,8 @@ package coordinator
 import (
 	"testing"
 
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 // TestSkippedChecksAreNotPasses: a node whose checks skipped is not

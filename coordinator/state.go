@@ -7,12 +7,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/membership"
-	"github.com/fleetcheck/fleetcheck/report"
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/membership"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
-// Node states (DESIGN.md, issue 3).
+// Node states (docs/design.md, issue 3).
 const (
 	StateInitializing = "initializing" // joined, no full result yet: never shown healthy
 	StateHealthy      = "healthy"

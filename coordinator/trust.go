@@ -10,9 +10,9 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
-	"github.com/fleetcheck/fleetcheck/authz"
-	"github.com/fleetcheck/fleetcheck/pki"
-	"github.com/fleetcheck/fleetcheck/ratelimit"
+	"github.com/fleetcheck/fleetcheck/coordinator/authz"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
+	"github.com/fleetcheck/fleetcheck/internal/ratelimit"
 )
 
 // Secure wires transport security and authorization from cfg into opts:

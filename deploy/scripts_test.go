@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/agent"
-	"github.com/fleetcheck/fleetcheck/burnin"
-	"github.com/fleetcheck/fleetcheck/probe/kmsg"
-	"github.com/fleetcheck/fleetcheck/snapshot"
+	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
+	"github.com/fleetcheck/fleetcheck/internal/snapshot"
+	"github.com/fleetcheck/fleetcheck/node/probe/kmsg"
 )
 
 // safeTools are the only real programs the scripts may reach: text tools

@@ -3,32 +3,32 @@ package registry
 
 import (
 	"github.com/fleetcheck/fleetcheck/checks"
-	"github.com/fleetcheck/fleetcheck/checks/compatcheck"
-	"github.com/fleetcheck/fleetcheck/checks/gpuchecks"
-	"github.com/fleetcheck/fleetcheck/checks/ibchecks"
-	"github.com/fleetcheck/fleetcheck/checks/kernelchecks"
-	"github.com/fleetcheck/fleetcheck/checks/perfchecks"
-	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/checks/dcgm"
+	"github.com/fleetcheck/fleetcheck/checks/fw"
+	"github.com/fleetcheck/fleetcheck/checks/gpu"
+	"github.com/fleetcheck/fleetcheck/checks/ib"
+	"github.com/fleetcheck/fleetcheck/checks/nccl"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 // All returns every check fleetcheck knows, in the order reports list them.
 func All() []checks.Check {
 	return []checks.Check{
-		gpuchecks.Inventory{},
-		gpuchecks.Config{},
-		gpuchecks.ECC{},
-		kernelchecks.Xid{},
-		gpuchecks.Thermal{},
-		gpuchecks.PCIe{},
-		kernelchecks.NVLink{},
-		kernelchecks.Fabric{},
-		gpuchecks.Processes{},
-		ibchecks.PeerMem{},
-		ibchecks.Ports{},
-		ibchecks.Counters{},
-		perfchecks.AllReduce{},
-		perfchecks.DCGMDiag{},
-		compatcheck.Matrix{},
+		gpu.Inventory{},
+		gpu.Config{},
+		gpu.ECC{},
+		gpu.Xid{},
+		gpu.Thermal{},
+		gpu.PCIe{},
+		gpu.NVLink{},
+		gpu.Fabric{},
+		gpu.Processes{},
+		gpu.PeerMem{},
+		ib.Ports{},
+		ib.Counters{},
+		nccl.AllReduce{},
+		dcgm.DCGMDiag{},
+		fw.Matrix{},
 	}
 }
 

@@ -26,7 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
-	"github.com/fleetcheck/fleetcheck/loadgen"
+	"github.com/fleetcheck/fleetcheck/sim/loadgen"
 )
 
 type options struct {

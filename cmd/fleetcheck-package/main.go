@@ -18,7 +18,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/packaging/deb"
+	"github.com/fleetcheck/fleetcheck/internal/deb"
 )
 
 const (

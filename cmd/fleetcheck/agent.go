@@ -16,7 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetcheck/fleetcheck/agent"
-	"github.com/fleetcheck/fleetcheck/metrics"
+	"github.com/fleetcheck/fleetcheck/agent/metrics"
+	"github.com/fleetcheck/fleetcheck/internal/promserve"
 )
 
 func newAgentCmd() *cobra.Command {
@@ -59,7 +60,7 @@ func newAgentCmd() *cobra.Command {
 				return err
 			}
 			if cfg.MetricsListen != "off" && cfg.MetricsListen != "" {
-				ms, err := metrics.Listen(cfg.MetricsListen, reg, logger)
+				ms, err := promserve.Listen(cfg.MetricsListen, reg, logger)
 				if err != nil {
 					return err
 				}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
 )
 
 // TestBackupConfigFromAnotherDir: `coordinator backup --config

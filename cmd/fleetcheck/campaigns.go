@@ -20,12 +20,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
-	"github.com/fleetcheck/fleetcheck/burnin"
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
+	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
+	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	"github.com/fleetcheck/fleetcheck/internal/config"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
-	"github.com/fleetcheck/fleetcheck/rollout"
-	"github.com/fleetcheck/fleetcheck/sweep"
 )
 
 // campaignCall dials the coordinator's CampaignService and runs call with

@@ -26,12 +26,12 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
-	"github.com/fleetcheck/fleetcheck/config"
 	"github.com/fleetcheck/fleetcheck/coordinator"
-	"github.com/fleetcheck/fleetcheck/drain"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
-	"github.com/fleetcheck/fleetcheck/sim"
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/node/host/sim"
 )
 
 // e2eAgentYAML configures the agents (startAgent adds the node, the

@@ -14,7 +14,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/coordinator"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
-	"github.com/fleetcheck/fleetcheck/simfleet"
+	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
 
 // campaignCoordinator runs a coordinator over a simulated fleet and

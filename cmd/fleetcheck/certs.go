@@ -15,14 +15,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetcheck/fleetcheck/pki"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
 )
 
 func newCertsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "certs",
 		Short: "Create a CA and issue node, operator and coordinator certificates for mTLS",
-		Long: "Certificates carry the identity as a URI SAN (DESIGN.md): spiffe://TRUST_DOMAIN/node/NODE " +
+		Long: "Certificates carry the identity as a URI SAN (docs/design.md): spiffe://TRUST_DOMAIN/node/NODE " +
 			"for an agent, .../admin/NAME for an operator, .../coordinator/NAME for the coordinator. " +
 			"Certificates from any other PKI with the same SANs work too.",
 		Args: cobra.NoArgs,

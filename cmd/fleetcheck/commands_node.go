@@ -10,5 +10,5 @@ import "github.com/spf13/cobra"
 const programName = "fleetcheck-node"
 
 // serverCommands is empty in the slim node build: run, collect, analyze,
-// checks and agent only (DESIGN.md, fleetcheck-node).
+// checks and agent only (docs/design.md, fleetcheck-node).
 func serverCommands() []*cobra.Command { return nil }

@@ -11,7 +11,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/pki"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
 )
 
 // diagnoseTimeout bounds the second look diagnose takes.

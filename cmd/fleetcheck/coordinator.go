@@ -17,9 +17,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
-	"github.com/fleetcheck/fleetcheck/metrics"
-	"github.com/fleetcheck/fleetcheck/pki"
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/coordinator/metrics"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
+	"github.com/fleetcheck/fleetcheck/internal/promserve"
 )
 
 func newCoordinatorCmd() *cobra.Command {
@@ -166,7 +167,7 @@ func newCoordinator(cfg coordinator.Config, log zerolog.Logger) (*coordinator.Se
 		return nil, nil, err
 	}
 	cm.Watch(srv.Stats)
-	srv.HTTPMux().Handle("/metrics", metrics.Handler(reg))
+	srv.HTTPMux().Handle("/metrics", promserve.Handler(reg))
 	return srv, certs, nil
 }
 

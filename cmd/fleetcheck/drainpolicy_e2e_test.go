@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
-	"github.com/fleetcheck/fleetcheck/store"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
 )
 
 // TestDrillOutOfServiceByDrainPolicy: with a drain policy in the

@@ -9,9 +9,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator"
-	"github.com/fleetcheck/fleetcheck/simfleet"
-	"github.com/fleetcheck/fleetcheck/sweep"
+	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
 
 // exampleFleet is a coordinator over a simulated fleet labelled as the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetcheck/fleetcheck/membership"
+	"github.com/fleetcheck/fleetcheck/internal/membership"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 

@@ -14,7 +14,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-// Exit statuses (DESIGN.md): 0 nothing failed or errored, 1 some check
+// Exit statuses (docs/design.md): 0 nothing failed or errored, 1 some check
 // failed or errored, 2 the command itself could not run.
 const (
 	exitOK      = 0

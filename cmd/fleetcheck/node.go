@@ -15,13 +15,13 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/checks"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
-	"github.com/fleetcheck/fleetcheck/collect"
-	"github.com/fleetcheck/fleetcheck/config"
-	"github.com/fleetcheck/fleetcheck/host"
-	"github.com/fleetcheck/fleetcheck/host/bundle"
-	"github.com/fleetcheck/fleetcheck/host/live"
-	"github.com/fleetcheck/fleetcheck/inspect"
-	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/node/collect"
+	"github.com/fleetcheck/fleetcheck/node/host"
+	"github.com/fleetcheck/fleetcheck/node/host/bundle"
+	"github.com/fleetcheck/fleetcheck/node/host/live"
+	"github.com/fleetcheck/fleetcheck/node/inspect"
 )
 
 // nodeFlags are shared by run and analyze.

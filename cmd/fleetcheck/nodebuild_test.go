@@ -94,7 +94,7 @@ func nodeTags(t *testing.T) string {
 func TestNodeBuildDependencies(t *testing.T) {
 	t.Parallel()
 	node := goListDeps(t, nodeTags(t))
-	for _, must := range []string{module + "agent", module + "checks/registry", module + "inspect", module + "collect", module + "metrics"} {
+	for _, must := range []string{module + "agent", module + "checks/registry", module + "node/inspect", module + "node/collect", module + "agent/metrics"} {
 		if !slices.Contains(node, must) {
 			t.Errorf("the node build lacks %s: not the node side?", must)
 		}
@@ -129,16 +129,16 @@ func TestForbiddenInNode(t *testing.T) {
 		{"sigs.k8s.io/yaml", true},
 		{"github.com/mattn/go-sqlite3", true},
 		{module + "coordinator", true},
-		{module + "campaign/campaigndb", true},
+		{module + "campaigns/kit/campaigndb", true},
 		{module + "campaigns/sweep", true},
 		{module + "internal/sim", true},
-		{module + "simfleet", true},
-		{module + "loadgen", true},
-		{module + "demo", true},
-		{module + "drain/kubernetes", true},
+		{module + "sim/simfleet", true},
+		{module + "sim/loadgen", true},
+		{module + "sim/demo", true},
+		{module + "internal/drain/kubernetes", true},
 		{module + "agent", false},
 		{module + "agent/spool", false},
-		{module + "checks/gpuchecks", false},
+		{module + "checks/gpu", false},
 		{module + "simple", false},
 		{"github.com/hashicorp/memberlist", false},
 	} {

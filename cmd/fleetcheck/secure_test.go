@@ -28,12 +28,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/agent"
-	"github.com/fleetcheck/fleetcheck/config"
+	"github.com/fleetcheck/fleetcheck/agent/metrics"
 	"github.com/fleetcheck/fleetcheck/coordinator"
-	"github.com/fleetcheck/fleetcheck/host/bundle"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
+	"github.com/fleetcheck/fleetcheck/internal/promserve"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
-	"github.com/fleetcheck/fleetcheck/metrics"
-	"github.com/fleetcheck/fleetcheck/pki"
+	"github.com/fleetcheck/fleetcheck/node/host/bundle"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -396,7 +397,7 @@ tls:
 			t.Errorf("coordinator /metrics lacks %q", want)
 		}
 	}
-	ms, err := metrics.Listen("127.0.0.1:0", agentReg, zerolog.Nop())
+	ms, err := promserve.Listen("127.0.0.1:0", agentReg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetcheck/fleetcheck/drain"
-	"github.com/fleetcheck/fleetcheck/drain/slurm"
-	"github.com/fleetcheck/fleetcheck/report"
+	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/drain/slurm"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 // slurmFlags make `run` (and `analyze`) Slurm's HealthCheckProgram, as NHC

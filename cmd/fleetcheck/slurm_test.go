@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/agent"
-	"github.com/fleetcheck/fleetcheck/drain/slurm/slurmtest"
+	"github.com/fleetcheck/fleetcheck/internal/drain/slurm/slurmtest"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
-	"github.com/fleetcheck/fleetcheck/report"
 )
 
 // asMainEnv makes the test binary run main() instead of the tests: slurmd

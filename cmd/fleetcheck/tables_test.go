@@ -9,9 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fleetcheck/fleetcheck/burnin"
-	"github.com/fleetcheck/fleetcheck/rollout"
-	"github.com/fleetcheck/fleetcheck/sweep"
+	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
+	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
+	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 )
 
 // golden compares got with testdata/NAME.golden; UPDATE_GOLDEN=1 writes it.

@@ -37,8 +37,8 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/coordinator"
-	k8sdrain "github.com/fleetcheck/fleetcheck/drain/kubernetes"
-	"github.com/fleetcheck/fleetcheck/report"
+	k8sdrain "github.com/fleetcheck/fleetcheck/internal/drain/kubernetes"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
 const (

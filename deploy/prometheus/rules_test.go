@@ -20,8 +20,9 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"gopkg.in/yaml.v3"
 
+	"github.com/fleetcheck/fleetcheck/agent/metrics"
+	coordmetrics "github.com/fleetcheck/fleetcheck/coordinator/metrics"
 	"github.com/fleetcheck/fleetcheck/internal/needs"
-	"github.com/fleetcheck/fleetcheck/metrics"
 )
 
 const (
@@ -78,7 +79,7 @@ func exported(t *testing.T) map[string]bool {
 	if _, err := metrics.NewAgent(&rec, metrics.AgentInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := metrics.NewCoordinator(&rec); err != nil {
+	if _, err := coordmetrics.NewCoordinator(&rec); err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]bool{"up": true}

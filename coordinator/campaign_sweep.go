@@ -1,0 +1,117 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+
+	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+)
+
+// SweepScheduleConfig runs a sweep on a cron schedule (five fields,
+// robfig/cron syntax, the coordinator's local time unless CRON_TZ= leads).
+//
+//	sweep_schedule:
+//	  cron: "0 2 * * *"
+//	  spec: {selector: "sku=h100", threshold: 0.3, drain: true}
+type SweepScheduleConfig struct {
+	Cron string `yaml:"cron"`
+	// Spec is the sweep to run (campaigns/sweep/spec.go), decoded as strictly as
+	// the rest of the file: durations as durations ("10m").
+	Spec sweep.Spec `yaml:"spec"`
+}
+
+// parseSweepSpec reads a sweep spec as YAML or JSON (sweep.ParseSpec).
+func parseSweepSpec(b []byte) (sweep.Spec, error) { return sweep.ParseSpec(b) }
+
+// scheduledSweep runs one nightly sweep; a night whose previous sweep is
+// still running is skipped rather than queued.
+func (c *campaigns) scheduledSweep(spec sweep.Spec) {
+	if !c.sweeping.CompareAndSwap(false, true) {
+		c.log.Warn().Msg("scheduled sweep skipped: the previous one is still running")
+		return
+	}
+	c.wg.Add(1)
+	defer c.wg.Done()
+	defer c.sweeping.Store(false)
+	rec, err := c.sweep.Start(c.ctx, spec)
+	if err != nil {
+		c.log.Error().Err(err).Msg("scheduled sweep not started")
+		return
+	}
+	if err := c.s.Audit(c.ctx, "schedule:sweep", "sweep.start", rec.ID); err != nil {
+		c.log.Error().Err(err).Str("campaign", rec.ID).Msg("audit")
+	}
+	if _, err := c.sweep.Run(c.ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
+		c.log.Error().Err(err).Str("campaign", rec.ID).Msg("scheduled sweep")
+	}
+}
+
+func (c *campaigns) SweepStart(ctx context.Context, req *pb.SpecRequest) (*pb.CampaignStarted, error) {
+	const op = "sweep start"
+	if err := c.needFleet(); err != nil {
+		return nil, err
+	}
+	spec, err := parseSweepSpec(req.GetSpec())
+	if err != nil {
+		return nil, campaignErr(op, err)
+	}
+	if err := c.audit(ctx, "sweep.start", "selector "+spec.Selector); err != nil {
+		return nil, err
+	}
+	rec, err := c.sweep.Start(ctx, spec)
+	if err != nil {
+		return nil, campaignErr(op, err)
+	}
+	c.auditStarted(ctx, "sweep.started", rec.ID)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if _, err := c.sweep.Run(c.ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
+			c.log.Error().Err(err).Str("campaign", rec.ID).Msg("sweep")
+		}
+	}()
+	return started(op, rec.ID, rec)
+}
+
+func (c *campaigns) SweepStatus(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
+	const op = "sweep status"
+	if err := c.needFleet(); err != nil {
+		return nil, err
+	}
+	if p, ok := c.sweep.Live(req.GetId()); ok {
+		return jsonDoc(op, p)
+	}
+	p, err := c.sweep.Status(ctx, req.GetId())
+	if err != nil {
+		return nil, campaignErr(op, err)
+	}
+	return jsonDoc(op, p)
+}
+
+func (c *campaigns) SweepList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
+	const op = "sweep list"
+	if err := c.needFleet(); err != nil {
+		return nil, err
+	}
+	l, err := c.sweep.List(ctx)
+	if err != nil {
+		return nil, campaignErr(op, err)
+	}
+	if l == nil {
+		l = []sweep.Summary{}
+	}
+	return jsonDoc(op, l)
+}
+
+func (c *campaigns) SweepReport(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
+	const op = "sweep report"
+	if err := c.needFleet(); err != nil {
+		return nil, err
+	}
+	r, err := c.sweep.Report(ctx, req.GetId())
+	if err != nil {
+		return nil, campaignErr(op, err)
+	}
+	return jsonDoc(op, r)
+}

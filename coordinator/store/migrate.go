@@ -1,0 +1,260 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/report"
+)
+
+// A migration moves the schema one version up. Migrations are only ever
+// appended: a released database may be at any earlier version.
+type migration struct {
+	version int
+	name    string
+	sql     string
+	// fn runs after sql in the same transaction, for steps SQL cannot do.
+	fn func(ctx context.Context, tx *sql.Tx) error
+}
+
+// migrations returns the numbered list of schema steps, version 1 first.
+func migrations() []migration {
+	return []migration{
+		{version: 1, name: "nodes, results, check results, latest check per node, events", sql: schemaV1},
+		{version: 2, name: "inventory history and daily check summaries", sql: schemaV2, fn: seedInventoryHistory},
+		{version: 3, name: "work dispatched to nodes, events by kind", sql: schemaV3},
+		{version: 4, name: "what triggered each result", sql: schemaV4},
+	}
+}
+
+// Times are unix milliseconds; JSON columns hold the report's JSON shapes.
+const schemaV1 = `
+CREATE TABLE nodes (
+	name             TEXT PRIMARY KEY,
+	labels           TEXT NOT NULL DEFAULT '{}',
+	state            TEXT NOT NULL DEFAULT 'initializing',
+	state_reason     TEXT NOT NULL DEFAULT '',
+	state_since      INTEGER NOT NULL DEFAULT 0,
+	first_seen       INTEGER NOT NULL DEFAULT 0,
+	last_seen        INTEGER NOT NULL DEFAULT 0,
+	inventory        TEXT NOT NULL DEFAULT '{}',
+	agent_version    TEXT NOT NULL DEFAULT '',
+	protocol_version TEXT NOT NULL DEFAULT '',
+	connected        INTEGER NOT NULL DEFAULT 0,
+	has_full         INTEGER NOT NULL DEFAULT 0
+);
+
+CREATE TABLE results (
+	id       TEXT PRIMARY KEY,
+	node     TEXT NOT NULL,
+	work_id  TEXT NOT NULL DEFAULT '',
+	started  INTEGER NOT NULL,
+	finished INTEGER NOT NULL,
+	status   TEXT NOT NULL,
+	full     INTEGER NOT NULL DEFAULT 0,
+	stored   INTEGER NOT NULL
+);
+
+CREATE TABLE check_results (
+	id          INTEGER PRIMARY KEY,
+	result_id   TEXT NOT NULL,
+	node        TEXT NOT NULL,
+	check_name  TEXT NOT NULL,
+	status      TEXT NOT NULL,
+	reason      TEXT NOT NULL DEFAULT '',
+	findings    TEXT NOT NULL DEFAULT '[]',
+	metrics     TEXT NOT NULL DEFAULT '{}',
+	duration_ms REAL NOT NULL DEFAULT 0,
+	finished    INTEGER NOT NULL,
+	stored      INTEGER NOT NULL
+);
+-- One index per row is what ingest can afford at 20,000 rows a second:
+-- listings walk a node's rows newest first (by check too, filtering).
+-- Retention walks both tables in rowid order, which is stored order.
+CREATE INDEX check_results_node_finished ON check_results(node, finished);
+
+-- The newest status of each check of each node: what the node's state is
+-- derived from. A result delivered late never overrides a newer one.
+CREATE TABLE node_checks (
+	node       TEXT NOT NULL,
+	check_name TEXT NOT NULL,
+	status     TEXT NOT NULL,
+	detail     TEXT NOT NULL DEFAULT '',
+	result_id  TEXT NOT NULL,
+	finished   INTEGER NOT NULL,
+	PRIMARY KEY (node, check_name)
+) WITHOUT ROWID;
+
+CREATE TABLE events (
+	id      INTEGER PRIMARY KEY AUTOINCREMENT,
+	time    INTEGER NOT NULL,
+	node    TEXT NOT NULL DEFAULT '',
+	kind    TEXT NOT NULL,
+	actor   TEXT NOT NULL DEFAULT '',
+	message TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX events_node ON events(node, id);
+`
+
+const schemaV2 = `
+CREATE TABLE inventory_history (
+	id             INTEGER PRIMARY KEY,
+	node           TEXT NOT NULL,
+	time           INTEGER NOT NULL,
+	hash           TEXT NOT NULL,
+	driver_version TEXT NOT NULL DEFAULT '',
+	gpu_serials    TEXT NOT NULL DEFAULT '[]',
+	hca_firmware   TEXT NOT NULL DEFAULT '{}',
+	inventory      TEXT NOT NULL
+);
+CREATE INDEX inventory_history_node ON inventory_history(node, id);
+
+-- Per node, check and UTC day: kept when retention drops the raw rows.
+CREATE TABLE check_summaries (
+	node              TEXT NOT NULL,
+	check_name        TEXT NOT NULL,
+	day               TEXT NOT NULL,
+	pass              INTEGER NOT NULL DEFAULT 0,
+	warn              INTEGER NOT NULL DEFAULT 0,
+	fail              INTEGER NOT NULL DEFAULT 0,
+	error             INTEGER NOT NULL DEFAULT 0,
+	skip              INTEGER NOT NULL DEFAULT 0,
+	duration_ms_total REAL NOT NULL DEFAULT 0,
+	PRIMARY KEY (node, check_name, day)
+) WITHOUT ROWID;
+
+-- Raw rows from version 1 become the summaries' first days.
+INSERT INTO check_summaries (node, check_name, day, pass, warn, fail, error, skip, duration_ms_total)
+SELECT node, check_name, strftime('%Y-%m-%d', finished / 1000, 'unixepoch'),
+       SUM(status = 'pass'), SUM(status = 'warn'), SUM(status = 'fail'),
+       SUM(status = 'error'), SUM(status = 'skip'), SUM(duration_ms)
+FROM check_results GROUP BY 1, 2, 3;
+`
+
+// Version 3: which node was sent which work, so a result naming a work id
+// is accepted only from a node the work went to, also after a restart
+// (rows are pruned with raw results, in stored order); and events listed
+// by kind for the audit log.
+const schemaV3 = `
+CREATE TABLE dispatches (
+	work_id TEXT NOT NULL,
+	node    TEXT NOT NULL,
+	stored  INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX dispatches_work_node ON dispatches(work_id, node);
+CREATE INDEX events_kind ON events(kind, id);
+`
+
+// Version 4: what started each pass (schedule, request, after_action), so
+// a drill times detection by the agent's schedule only. Rows from before
+// read ” (unknown).
+const schemaV4 = `
+ALTER TABLE results ADD COLUMN triggered_by TEXT NOT NULL DEFAULT '';
+`
+
+// seedInventoryHistory gives every known node a first history row from the
+// inventory version 1 kept on the node.
+func seedInventoryHistory(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT name, inventory, last_seen FROM nodes WHERE inventory != '{}'`)
+	if err != nil {
+		return err
+	}
+	type seed struct {
+		node string
+		inv  report.Inventory
+		at   int64
+	}
+	var seeds []seed
+	for rows.Next() {
+		var s seed
+		var raw string
+		if err := rows.Scan(&s.node, &raw, &s.at); err != nil {
+			rows.Close()
+			return err
+		}
+		if json.Unmarshal([]byte(raw), &s.inv) != nil {
+			continue // an unreadable old inventory starts no history
+		}
+		seeds = append(seeds, s)
+	}
+	if err := rows.Err(); err != nil {
+		_ = rows.Close() // the iteration error is the one to report
+		return err
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, s := range seeds {
+		if err := insertInventory(ctx, tx, s.node, &s.inv, s.at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type execQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func schemaVersion(ctx context.Context, db execQuerier) (int, error) {
+	var v sql.NullInt64
+	err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_version`).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return int(v.Int64), nil
+}
+
+// migrate brings the schema to version target, one transaction per step so
+// a failed step leaves the database at the previous version.
+func migrate(ctx context.Context, db *sql.DB, target int, now func() time.Time) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT NOT NULL,
+		applied_at INTEGER NOT NULL
+	)`); err != nil {
+		return fmt.Errorf("create schema_version: %w", err)
+	}
+	cur, err := schemaVersion(ctx, db)
+	if err != nil {
+		return err
+	}
+	all := migrations()
+	if cur > len(all) {
+		return fmt.Errorf("%w: database at version %d, this build knows up to %d", ErrSchemaTooNew, cur, len(all))
+	}
+	for _, m := range all {
+		if m.version <= cur || m.version > target {
+			continue
+		}
+		if err := applyMigration(ctx, db, m, now()); err != nil {
+			return fmt.Errorf("migrate to schema %d (%s): %w", m.version, m.name, err)
+		}
+	}
+	return nil
+}
+
+func applyMigration(ctx context.Context, db *sql.DB, m migration, at time.Time) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		return err
+	}
+	if m.fn != nil {
+		if err := m.fn(ctx, tx); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)`,
+		m.version, m.name, at.UnixMilli()); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

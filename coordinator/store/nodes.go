@@ -1,0 +1,451 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/report"
+)
+
+// Node is a node as the store knows it.
+type Node struct {
+	Name            string
+	Labels          map[string]string
+	State           string
+	StateReason     string
+	StateSince      time.Time
+	FirstSeen       time.Time
+	LastSeen        time.Time
+	Inventory       report.Inventory
+	AgentVersion    string
+	ProtocolVersion string
+	Connected       bool
+	// HasFull says a full result (every passive check) was ever stored.
+	HasFull bool
+	// Checks holds the newest status of each check, by name.
+	Checks []CheckState
+}
+
+// CheckState is the newest status of one check on one node.
+type CheckState struct {
+	Name     string
+	Status   report.Status
+	Detail   string // CheckDetail of that result
+	ResultID string
+	Finished time.Time
+}
+
+// Newer reports whether a check result from result id, finished at
+// finished, supersedes c. Ties on time go to the greater id, so that every
+// copy of the state agrees whatever order results arrive in.
+func (c CheckState) Newer(id string, finished time.Time) bool {
+	if !finished.Equal(c.Finished) {
+		return finished.After(c.Finished)
+	}
+	return id >= c.ResultID
+}
+
+// Join describes an agent's hello.
+type Join struct {
+	Node            string
+	Labels          map[string]string
+	Inventory       *report.Inventory
+	AgentVersion    string
+	ProtocolVersion string
+	At              time.Time
+	// State is set on a node seen for the first time.
+	InitialState  string
+	InitialReason string
+	// FirstEvent, when set, is recorded in the same transaction for a node
+	// seen for the first time (its node and time are the join's).
+	FirstEvent *Event
+}
+
+// NodeJoined records an agent's hello: labels, versions, inventory (and its
+// history), connected. It returns the node as stored afterwards and whether
+// it was known before.
+func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
+	labels := nonNilLabels(j.Labels)
+	lj, err := json.Marshal(labels)
+	if err != nil {
+		return Node{}, false, fmt.Errorf("node %s joined: labels: %w", j.Node, err)
+	}
+	at := ms(j.At)
+	// The inventory goes through the writer's cache (invCache): a fleet
+	// reconnecting after a restart brings the inventories already stored,
+	// and writes none of them again.
+	var sum [16]byte
+	if j.Inventory != nil {
+		sum = inventorySum(j.Inventory)
+	}
+	s.inv.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			s.inv.mu.Unlock()
+		}
+	}()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	var one int
+	err = tx.QueryRowContext(ctx, `SELECT 1 FROM nodes WHERE name = ?`, j.Node).Scan(&one)
+	existed := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+	}
+	if existed {
+		_, err = tx.ExecContext(ctx, `UPDATE nodes SET labels = ?, agent_version = ?, protocol_version = ?,
+			connected = 1, last_seen = ? WHERE name = ?`,
+			string(lj), j.AgentVersion, j.ProtocolVersion, at, j.Node)
+	} else {
+		_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, labels, state, state_reason, state_since,
+			first_seen, last_seen, agent_version, protocol_version, connected)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
+			j.Node, string(lj), j.InitialState, j.InitialReason, at, at, at, j.AgentVersion, j.ProtocolVersion)
+	}
+	if err != nil {
+		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+	}
+	var seen *invSeen
+	if j.Inventory != nil {
+		cur, ok := s.inv.m[j.Node]
+		if !ok || cur.sum != sum {
+			if !ok {
+				if cur.hist, err = lastInventoryHash(ctx, tx, j.Node); err != nil {
+					return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+				}
+			}
+			p, err := prepareInventory(j.Inventory)
+			if err != nil {
+				return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+			}
+			hist, err := writeInventory(ctx, tx, j.Node, p, at, cur.hist)
+			if err != nil {
+				return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+			}
+			seen = &invSeen{sum: sum, hist: hist}
+		}
+	}
+	if !existed && j.FirstEvent != nil {
+		ev := *j.FirstEvent
+		ev.Node, ev.Time = j.Node, j.At
+		if ev.Time.IsZero() {
+			ev.Time = s.opts.Now()
+		}
+		if err := insertEvent(ctx, tx, ev); err != nil {
+			return Node{}, false, fmt.Errorf("node %s joined: event: %w", j.Node, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return Node{}, false, fmt.Errorf("node %s joined: commit: %w", j.Node, err)
+	}
+	if seen != nil {
+		if s.inv.m == nil {
+			s.inv.m = map[string]invSeen{}
+		}
+		s.inv.m[j.Node] = *seen
+	}
+	s.inv.mu.Unlock()
+	locked = false
+	if !existed {
+		// Just written, whole: no need to read it back (a join storm of a
+		// new fleet is thousands of these).
+		n := Node{Name: j.Node, Labels: maps.Clone(labels), State: j.InitialState, StateReason: j.InitialReason,
+			StateSince: fromMS(at), FirstSeen: fromMS(at), LastSeen: fromMS(at),
+			AgentVersion: j.AgentVersion, ProtocolVersion: j.ProtocolVersion, Connected: true}
+		if j.Inventory != nil {
+			n.Inventory = *j.Inventory
+		}
+		return n, false, nil
+	}
+	n, err := s.Node(ctx, j.Node)
+	return n, existed, err
+}
+
+// StateChange sets a node's state.
+type StateChange struct {
+	Node   string
+	State  string
+	Reason string
+	Actor  string // who decided: "coordinator", an operator, a campaign
+	At     time.Time
+	// Connected, when set, is recorded too (a lost stream).
+	Connected *bool
+	// Cause, when set, replaces the event's wording of why the state changed.
+	Cause string
+}
+
+// SetNodeState records a node's state and, when it changed, a state_change
+// event saying from what, to what and why, in one transaction. It reports
+// whether the state changed. The reason is updated either way.
+func (s *Store) SetNodeState(ctx context.Context, c StateChange) (bool, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("set state of %s: %w", c.Node, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	var prev string
+	if err := tx.QueryRowContext(ctx, `SELECT state FROM nodes WHERE name = ?`, c.Node).Scan(&prev); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, fmt.Errorf("set state of %s: %w", c.Node, ErrNotFound)
+		}
+		return false, fmt.Errorf("set state of %s: %w", c.Node, err)
+	}
+	at := ms(c.At)
+	changed := prev != c.State
+	q := `UPDATE nodes SET state = ?, state_reason = ?`
+	args := []any{c.State, c.Reason}
+	if changed {
+		q += `, state_since = ?`
+		args = append(args, at)
+	}
+	if c.Connected != nil {
+		q += `, connected = ?, last_seen = MAX(last_seen, ?)`
+		args = append(args, boolInt(*c.Connected), at)
+	}
+	q += ` WHERE name = ?`
+	args = append(args, c.Node)
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return false, fmt.Errorf("set state of %s: %w", c.Node, err)
+	}
+	if changed {
+		msg := fmt.Sprintf("%s -> %s", prev, c.State)
+		if c.Reason != "" {
+			msg += ": " + c.Reason
+		}
+		if c.Cause != "" {
+			msg = fmt.Sprintf("%s -> %s: %s", prev, c.State, c.Cause)
+		}
+		if err := insertEvent(ctx, tx, Event{Time: c.At, Node: c.Node, Kind: EventStateChange, Actor: c.Actor, Message: msg}); err != nil {
+			return false, fmt.Errorf("set state of %s: %w", c.Node, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("set state of %s: commit: %w", c.Node, err)
+	}
+	return changed, nil
+}
+
+// TouchNodes records when nodes were last heard from, in one transaction.
+func (s *Store) TouchNodes(ctx context.Context, seen map[string]time.Time) error {
+	if len(seen) == 0 {
+		return nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("touch nodes: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	for name, t := range seen {
+		if _, err := tx.ExecContext(ctx, `UPDATE nodes SET last_seen = MAX(last_seen, ?) WHERE name = ?`, ms(t), name); err != nil {
+			return fmt.Errorf("touch node %s: %w", name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("touch nodes: commit: %w", err)
+	}
+	return nil
+}
+
+// MarkAllDisconnected clears every node's connected flag: after a restart
+// no agent stream is open yet. It returns how many nodes were marked.
+func (s *Store) MarkAllDisconnected(ctx context.Context) (int, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE nodes SET connected = 0 WHERE connected != 0`)
+	if err != nil {
+		return 0, fmt.Errorf("mark nodes disconnected: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("mark nodes disconnected: %w", err)
+	}
+	return int(n), nil
+}
+
+const nodeColumns = `name, labels, state, state_reason, state_since, first_seen, last_seen, inventory,
+	agent_version, protocol_version, connected, has_full`
+
+func scanNode(sc interface{ Scan(...any) error }) (Node, error) {
+	var n Node
+	var labels, inv string
+	var since, first, last int64
+	var connected, full int
+	if err := sc.Scan(&n.Name, &labels, &n.State, &n.StateReason, &since, &first, &last, &inv,
+		&n.AgentVersion, &n.ProtocolVersion, &connected, &full); err != nil {
+		return Node{}, err
+	}
+	n.StateSince, n.FirstSeen, n.LastSeen = fromMS(since), fromMS(first), fromMS(last)
+	n.Connected, n.HasFull = connected != 0, full != 0
+	if err := json.Unmarshal([]byte(labels), &n.Labels); err != nil {
+		return Node{}, fmt.Errorf("node %s labels: %w", n.Name, err)
+	}
+	if err := json.Unmarshal([]byte(inv), &n.Inventory); err != nil {
+		return Node{}, fmt.Errorf("node %s inventory: %w", n.Name, err)
+	}
+	return n, nil
+}
+
+// Node returns one node with its checks' newest statuses, or ErrNotFound.
+func (s *Store) Node(ctx context.Context, name string) (Node, error) {
+	row := s.r.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE name = ?`, name)
+	n, err := scanNode(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, fmt.Errorf("node %s: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return Node{}, fmt.Errorf("node %s: %w", name, err)
+	}
+	checks, err := s.nodeChecks(ctx, `WHERE node = ?`, name)
+	if err != nil {
+		return Node{}, err
+	}
+	n.Checks = checks[name]
+	return n, nil
+}
+
+// Nodes returns every node, by name, with its checks' newest statuses.
+func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []Node
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	checks, err := s.nodeChecks(ctx, ``)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Checks = checks[out[i].Name]
+	}
+	return out, nil
+}
+
+func (s *Store) nodeChecks(ctx context.Context, where string, args ...any) (map[string][]CheckState, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT node, check_name, status, detail, result_id, finished
+		FROM node_checks `+where+` ORDER BY node, check_name`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("latest checks: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string][]CheckState)
+	for rows.Next() {
+		var node string
+		var c CheckState
+		var fin int64
+		if err := rows.Scan(&node, &c.Name, &c.Status, &c.Detail, &c.ResultID, &fin); err != nil {
+			return nil, fmt.Errorf("latest checks: %w", err)
+		}
+		c.Finished = fromMS(fin)
+		out[node] = append(out[node], c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("latest checks: %w", err)
+	}
+	return out, nil
+}
+
+// KnownResultIDs returns the ids of the node's results finished since the
+// given time, newest first, at most limit.
+func (s *Store) KnownResultIDs(ctx context.Context, node string, since time.Time, limit int) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT result_id FROM check_results
+		WHERE node = ? AND finished >= ? ORDER BY finished DESC LIMIT ?`, node, ms(since), limit)
+	if err != nil {
+		return nil, fmt.Errorf("known results of %s: %w", node, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("known results of %s: %w", node, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("known results of %s: %w", node, err)
+	}
+	return ids, nil
+}
+
+// InventoryRecord is one row of a node's inventory history.
+type InventoryRecord struct {
+	Time      time.Time
+	Inventory report.Inventory
+}
+
+// InventoryHistory returns a node's inventory changes, oldest first.
+func (s *Store) InventoryHistory(ctx context.Context, node string) ([]InventoryRecord, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT time, inventory FROM inventory_history WHERE node = ? ORDER BY id`, node)
+	if err != nil {
+		return nil, fmt.Errorf("inventory history of %s: %w", node, err)
+	}
+	defer rows.Close()
+	var out []InventoryRecord
+	for rows.Next() {
+		var at int64
+		var raw string
+		if err := rows.Scan(&at, &raw); err != nil {
+			return nil, fmt.Errorf("inventory history of %s: %w", node, err)
+		}
+		rec := InventoryRecord{Time: fromMS(at)}
+		if err := json.Unmarshal([]byte(raw), &rec.Inventory); err != nil {
+			return nil, fmt.Errorf("inventory history of %s: %w", node, err)
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inventory history of %s: %w", node, err)
+	}
+	return out, nil
+}
+
+func nonNilLabels(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// SortChecksWorstFirst orders check states fail, error, warn, pass, skip,
+// then causes before symptoms (report.CauseOrder).
+func SortChecksWorstFirst(cs []CheckState) {
+	rank := func(s report.Status) int {
+		switch s {
+		case report.Fail:
+			return 0
+		case report.Error:
+			return 1
+		case report.Warn:
+			return 2
+		case report.Pass:
+			return 3
+		}
+		return 4
+	}
+	sort.SliceStable(cs, func(i, j int) bool {
+		if ri, rj := rank(cs[i].Status), rank(cs[j].Status); ri != rj {
+			return ri < rj
+		}
+		// Same status: causes before symptoms (ib.ports before ib.counters).
+		return report.CauseLess(cs[i].Name, cs[j].Name)
+	})
+}

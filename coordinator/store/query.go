@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/report"
+)
+
+// StoredCheck is one stored check result with the result it came in.
+type StoredCheck struct {
+	ResultID string
+	Node     string
+	WorkID   string
+	Trigger  string // what started the pass; "" from an old agent
+	Finished time.Time
+	Check    report.CheckResult
+}
+
+// ResultQuery selects check results. Node is required; Check narrows to one
+// check; Limit bounds the rows (default 50, at most 10,000).
+type ResultQuery struct {
+	Node  string
+	Check string
+	Limit int
+}
+
+const (
+	defaultLimit = 50
+	maxLimit     = 10000
+)
+
+func clampLimit(n int) int {
+	if n <= 0 {
+		return defaultLimit
+	}
+	return min(n, maxLimit)
+}
+
+// Results returns check results, newest first.
+func (s *Store) Results(ctx context.Context, q ResultQuery) ([]StoredCheck, error) {
+	if q.Node == "" {
+		return nil, fmt.Errorf("list results: %w: a node is required", ErrInvalid)
+	}
+	limit := clampLimit(q.Limit)
+	var rows *sql.Rows
+	var err error
+	// Both walk the node's check rows newest first on the one index
+	// check_results has; a check filter skips the other checks' rows.
+	rows, err = s.r.QueryContext(ctx, `SELECT c.result_id, c.node, COALESCE(r.work_id, ''), COALESCE(r.triggered_by, ''), c.finished, c.check_name,
+			c.status, c.reason, c.findings, c.metrics, c.duration_ms
+		FROM check_results c INDEXED BY check_results_node_finished
+		LEFT JOIN results r ON r.id = c.result_id
+		WHERE c.node = ? AND (? = '' OR c.check_name = ?)
+		ORDER BY c.finished DESC, c.id DESC LIMIT ?`, q.Node, q.Check, q.Check, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list results of %s: %w", q.Node, err)
+	}
+	defer rows.Close()
+	var out []StoredCheck
+	for rows.Next() {
+		var sc StoredCheck
+		var fin int64
+		var findings, metrics string
+		var status string
+		if err := rows.Scan(&sc.ResultID, &sc.Node, &sc.WorkID, &sc.Trigger, &fin, &sc.Check.Name, &status,
+			&sc.Check.Reason, &findings, &metrics, &sc.Check.DurationMS); err != nil {
+			return nil, fmt.Errorf("list results of %s: %w", q.Node, err)
+		}
+		sc.Finished = fromMS(fin)
+		sc.Check.Status = report.Status(status)
+		if err := json.Unmarshal([]byte(findings), &sc.Check.Findings); err != nil {
+			return nil, fmt.Errorf("result %s check %s findings: %w", sc.ResultID, sc.Check.Name, err)
+		}
+		if err := json.Unmarshal([]byte(metrics), &sc.Check.Metrics); err != nil {
+			return nil, fmt.Errorf("result %s check %s metrics: %w", sc.ResultID, sc.Check.Name, err)
+		}
+		if len(sc.Check.Metrics) == 0 {
+			sc.Check.Metrics = nil
+		}
+		out = append(out, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list results of %s: %w", q.Node, err)
+	}
+	return out, nil
+}
+
+// StoredResult is one stored result's header.
+type StoredResult struct {
+	ID       string
+	Node     string
+	WorkID   string
+	Started  time.Time
+	Finished time.Time
+	Status   report.Status
+	Full     bool
+	Trigger  string
+	Stored   time.Time
+}
+
+// Result returns one result's header, or ErrNotFound.
+func (s *Store) Result(ctx context.Context, id string) (StoredResult, error) {
+	var r StoredResult
+	var started, finished, stored int64
+	var status string
+	var full int
+	err := s.r.QueryRowContext(ctx, `SELECT id, node, work_id, started, finished, status, full, stored, triggered_by
+		FROM results WHERE id = ?`, id).Scan(&r.ID, &r.Node, &r.WorkID, &started, &finished, &status, &full, &stored, &r.Trigger)
+	if err == sql.ErrNoRows {
+		return StoredResult{}, fmt.Errorf("result %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return StoredResult{}, fmt.Errorf("result %s: %w", id, err)
+	}
+	r.Started, r.Finished, r.Stored = fromMS(started), fromMS(finished), fromMS(stored)
+	r.Status, r.Full = report.Status(status), full != 0
+	return r, nil
+}
+
+// Counts says how many rows the main tables hold.
+type Counts struct {
+	Results, CheckResults, Events, Summaries, Nodes int
+}
+
+// Count returns the row counts; tests and status pages use it.
+func (s *Store) Count(ctx context.Context) (Counts, error) {
+	var c Counts
+	err := s.r.QueryRowContext(ctx, `SELECT
+		(SELECT COUNT(*) FROM results), (SELECT COUNT(*) FROM check_results),
+		(SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM check_summaries),
+		(SELECT COUNT(*) FROM nodes)`).Scan(&c.Results, &c.CheckResults, &c.Events, &c.Summaries, &c.Nodes)
+	if err != nil {
+		return Counts{}, fmt.Errorf("count rows: %w", err)
+	}
+	return c, nil
+}
+
+// Summary is one node's one check on one UTC day.
+type Summary struct {
+	Node, Check, Day              string
+	Pass, Warn, Fail, Error, Skip int
+	DurationMSTotal               float64
+}
+
+// Summaries returns a node's daily check summaries, oldest day first.
+// Check narrows to one check when set.
+func (s *Store) Summaries(ctx context.Context, node, check string) ([]Summary, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT node, check_name, day, pass, warn, fail, error, skip, duration_ms_total
+		FROM check_summaries WHERE node = ? AND (? = '' OR check_name = ?) ORDER BY day, check_name`, node, check, check)
+	if err != nil {
+		return nil, fmt.Errorf("summaries of %s: %w", node, err)
+	}
+	defer rows.Close()
+	var out []Summary
+	for rows.Next() {
+		var x Summary
+		if err := rows.Scan(&x.Node, &x.Check, &x.Day, &x.Pass, &x.Warn, &x.Fail, &x.Error, &x.Skip, &x.DurationMSTotal); err != nil {
+			return nil, fmt.Errorf("summaries of %s: %w", node, err)
+		}
+		out = append(out, x)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("summaries of %s: %w", node, err)
+	}
+	return out, nil
+}

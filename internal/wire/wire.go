@@ -1,0 +1,259 @@
+// Package wire converts between the domain's report types and the
+// protobuf messages of the agent protocol. It is the one place where a
+// report, its checks, findings and inventory meet their wire form, so the
+// agent (which sends) and the coordinator (which receives and lists) cannot
+// drift apart. Protobuf types stay at the gRPC edge: nothing below the
+// agent's stream or the coordinator's services sees them.
+package wire
+
+import (
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+)
+
+// Meta is what a Result carries besides the report: who made it, for which
+// work, when, and whether every passive check ran.
+type Meta struct {
+	ID       string
+	Node     string
+	WorkID   string // empty for the agent's own schedule
+	Started  time.Time
+	Finished time.Time
+	Full     bool
+	Trigger  string // TriggerSchedule, TriggerRequest, TriggerAfterAction; "" from an old agent
+}
+
+// What started a pass. A drill times detection by scheduled passes only: a
+// real fault triggers no pass, so the one after an injection is no evidence.
+const (
+	TriggerSchedule    = "schedule"
+	TriggerRequest     = "request"
+	TriggerAfterAction = "after_action"
+)
+
+// UnixMS is t in milliseconds since the epoch; the zero time is 0, which
+// the protocol reads as "unset".
+func UnixMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// FromUnixMS is the inverse of UnixMS: 0 or less is the zero time, anything
+// else a UTC time.
+func FromUnixMS(v int64) time.Time {
+	if v <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// ResultToProto builds the wire Result for one inspection pass. The
+// inventory always travels: the coordinator records it with the result.
+func ResultToProto(m Meta, r *report.Report) *pb.Result {
+	return &pb.Result{
+		Id:             m.ID,
+		Node:           m.Node,
+		WorkId:         m.WorkID,
+		StartedUnixMs:  UnixMS(m.Started),
+		FinishedUnixMs: UnixMS(m.Finished),
+		Status:         string(r.Status),
+		Checks:         ChecksToProto(r.Checks),
+		Inventory:      InventoryToProto(&r.Inventory),
+		Full:           m.Full,
+		Trigger:        m.Trigger,
+	}
+}
+
+// ResultFromProto reads a wire Result back into its meta and report. The
+// report's node is the result's; an absent inventory is the zero one
+// (callers that must tell "absent" apart look at p.GetInventory()).
+func ResultFromProto(p *pb.Result) (Meta, report.Report) {
+	m := Meta{
+		ID:       p.GetId(),
+		Node:     p.GetNode(),
+		WorkID:   p.GetWorkId(),
+		Started:  FromUnixMS(p.GetStartedUnixMs()),
+		Finished: FromUnixMS(p.GetFinishedUnixMs()),
+		Full:     p.GetFull(),
+		Trigger:  p.GetTrigger(),
+	}
+	r := report.Report{
+		Node:   p.GetNode(),
+		Status: report.Status(p.GetStatus()),
+		Checks: ChecksFromProto(p.GetChecks()),
+	}
+	if p.GetInventory() != nil {
+		r.Inventory = InventoryFromProto(p.GetInventory())
+	}
+	return m, r
+}
+
+// ChecksToProto converts check results; nil stays nil.
+func ChecksToProto(cs []report.CheckResult) []*pb.CheckResult {
+	if cs == nil {
+		return nil
+	}
+	out := make([]*pb.CheckResult, 0, len(cs))
+	for i := range cs {
+		out = append(out, CheckToProto(cs[i]))
+	}
+	return out
+}
+
+// ChecksFromProto converts check results; the slice is never nil.
+func ChecksFromProto(cs []*pb.CheckResult) []report.CheckResult {
+	out := make([]report.CheckResult, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, CheckFromProto(c))
+	}
+	return out
+}
+
+// CheckToProto converts one check result. The metrics map is shared, not
+// copied: a message is built to be sent, not kept.
+func CheckToProto(c report.CheckResult) *pb.CheckResult {
+	out := &pb.CheckResult{
+		Name:       c.Name,
+		Status:     string(c.Status),
+		DurationMs: c.DurationMS,
+		Reason:     c.Reason,
+		Metrics:    c.Metrics,
+	}
+	if len(c.Findings) > 0 {
+		out.Findings = make([]*pb.Finding, 0, len(c.Findings))
+		for _, f := range c.Findings {
+			out.Findings = append(out.Findings, FindingToProto(f))
+		}
+	}
+	return out
+}
+
+// CheckFromProto converts one check result. Findings are never nil (the
+// report's JSON says [] for none); metrics are nil when there are none,
+// otherwise the message's own map, not a copy: a result carries hundreds
+// of metrics, a coordinator converts thousands of results a second, and the
+// message is dropped once converted. Copy it before changing either.
+func CheckFromProto(c *pb.CheckResult) report.CheckResult {
+	out := report.CheckResult{
+		Name:       c.GetName(),
+		Status:     report.Status(c.GetStatus()),
+		DurationMS: c.GetDurationMs(),
+		Reason:     c.GetReason(),
+		Findings:   make([]report.Finding, 0, len(c.GetFindings())),
+	}
+	for _, f := range c.GetFindings() {
+		out.Findings = append(out.Findings, FindingFromProto(f))
+	}
+	if len(c.GetMetrics()) > 0 {
+		out.Metrics = c.GetMetrics()
+	}
+	return out
+}
+
+// FindingToProto converts one finding.
+func FindingToProto(f report.Finding) *pb.Finding {
+	return &pb.Finding{
+		Severity:  string(f.Severity),
+		Component: f.Component,
+		PciBusId:  f.PCIBusID,
+		Code:      f.Code,
+		Message:   f.Message,
+		Action:    string(f.Action),
+	}
+}
+
+// FindingFromProto converts one finding.
+func FindingFromProto(f *pb.Finding) report.Finding {
+	return report.Finding{
+		Severity:  report.Severity(f.GetSeverity()),
+		Component: f.GetComponent(),
+		PCIBusID:  f.GetPciBusId(),
+		Code:      f.GetCode(),
+		Message:   f.GetMessage(),
+		Action:    report.Action(f.GetAction()),
+	}
+}
+
+// InventoryToProto converts an inventory; nil (not known yet, as in the
+// hello of an agent that has not made a pass) stays nil.
+func InventoryToProto(inv *report.Inventory) *pb.Inventory {
+	if inv == nil {
+		return nil
+	}
+	out := &pb.Inventory{
+		DriverVersion:        inv.DriverVersion,
+		CudaVersion:          inv.CUDAVersion,
+		Kernel:               inv.Kernel,
+		FabricManagerVersion: inv.FabricManagerVersion,
+		RdmaStack:            inv.RDMAStack,
+	}
+	for _, g := range inv.GPUs {
+		out.Gpus = append(out.Gpus, &pb.GPU{
+			Index:          int32(g.Index),
+			Name:           g.Name,
+			Uuid:           g.UUID,
+			PciBusId:       g.PCIBusID,
+			Serial:         g.Serial,
+			VbiosVersion:   g.VBIOSVersion,
+			MemoryTotalMib: g.MemoryTotalMiB,
+		})
+	}
+	for _, h := range inv.HCAs {
+		ph := &pb.HCA{Name: h.Name, Model: h.Model, FwVersion: h.FWVersion}
+		for _, p := range h.Ports {
+			ph.Ports = append(ph.Ports, &pb.Port{
+				Port:      int32(p.Port),
+				State:     p.State,
+				PhysState: p.PhysState,
+				RateGbps:  p.RateGbps,
+				LinkLayer: p.LinkLayer,
+			})
+		}
+		out.Hcas = append(out.Hcas, ph)
+	}
+	return out
+}
+
+// InventoryFromProto converts an inventory. GPU, HCA and port lists are
+// never nil, so the stored JSON says [] rather than null.
+func InventoryFromProto(in *pb.Inventory) report.Inventory {
+	out := report.Inventory{
+		DriverVersion:        in.GetDriverVersion(),
+		CUDAVersion:          in.GetCudaVersion(),
+		Kernel:               in.GetKernel(),
+		FabricManagerVersion: in.GetFabricManagerVersion(),
+		RDMAStack:            in.GetRdmaStack(),
+		GPUs:                 make([]report.GPU, 0, len(in.GetGpus())),
+		HCAs:                 make([]report.HCA, 0, len(in.GetHcas())),
+	}
+	for _, g := range in.GetGpus() {
+		out.GPUs = append(out.GPUs, report.GPU{
+			Index:          int(g.GetIndex()),
+			Name:           g.GetName(),
+			UUID:           g.GetUuid(),
+			PCIBusID:       g.GetPciBusId(),
+			Serial:         g.GetSerial(),
+			VBIOSVersion:   g.GetVbiosVersion(),
+			MemoryTotalMiB: g.GetMemoryTotalMib(),
+		})
+	}
+	for _, h := range in.GetHcas() {
+		hca := report.HCA{Name: h.GetName(), Model: h.GetModel(), FWVersion: h.GetFwVersion(),
+			Ports: make([]report.Port, 0, len(h.GetPorts()))}
+		for _, p := range h.GetPorts() {
+			hca.Ports = append(hca.Ports, report.Port{
+				Port:      int(p.GetPort()),
+				State:     p.GetState(),
+				PhysState: p.GetPhysState(),
+				RateGbps:  p.GetRateGbps(),
+				LinkLayer: p.GetLinkLayer(),
+			})
+		}
+		out.HCAs = append(out.HCAs, hca)
+	}
+	return out
+}

@@ -1,0 +1,188 @@
+package wire
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetcheck/fleetcheck/checks"
+	"github.com/fleetcheck/fleetcheck/checks/registry"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/node/host/bundle"
+	"github.com/fleetcheck/fleetcheck/node/inspect"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+)
+
+// bundleReport runs the passive checks on an example bundle: a real report,
+// with findings, metrics, skips with reasons and a full inventory.
+func bundleReport(t *testing.T, name string) report.Report {
+	t.Helper()
+	b, err := bundle.Open("../../examples/bundles/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := checks.Select(registry.All(), nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inspect.Run(context.Background(), b, inspect.Options{Checks: list}).Report
+}
+
+// normalized is what a report looks like after a trip through the wire:
+// findings and inventory lists are never nil, empty metrics are nil, and
+// CollectedAt (not on the wire) is dropped.
+func normalized(r report.Report) report.Report {
+	out := r
+	out.CollectedAt = ""
+	out.Checks = make([]report.CheckResult, len(r.Checks))
+	for i, c := range r.Checks {
+		if c.Findings == nil {
+			c.Findings = []report.Finding{}
+		}
+		if len(c.Metrics) == 0 {
+			c.Metrics = nil
+		}
+		out.Checks[i] = c
+	}
+	inv := r.Inventory
+	if inv.GPUs == nil {
+		inv.GPUs = []report.GPU{}
+	}
+	inv.HCAs = make([]report.HCA, len(r.Inventory.HCAs))
+	for i, h := range r.Inventory.HCAs {
+		if h.Ports == nil {
+			h.Ports = []report.Port{}
+		}
+		inv.HCAs[i] = h
+	}
+	out.Inventory = inv
+	return out
+}
+
+func TestResultRoundTrip(t *testing.T) {
+	t.Parallel()
+	started := time.Date(2025, 3, 4, 5, 6, 7, 123_000_000, time.UTC)
+	tests := []struct {
+		name string
+		rep  func(t *testing.T) report.Report
+	}{
+		{"healthy bundle", func(t *testing.T) report.Report { return bundleReport(t, "h100-healthy") }},
+		{"xid and ecc bundle", func(t *testing.T) report.Report { return bundleReport(t, "h100-xid79-ecc") }},
+		{"ib down and pcie bundle", func(t *testing.T) report.Report { return bundleReport(t, "h100-ibdown-pcie") }},
+		{"hand made, edge values", func(*testing.T) report.Report {
+			return report.Report{
+				Status: report.Fail,
+				Inventory: report.Inventory{
+					DriverVersion: "550.54.15", CUDAVersion: "12.4", Kernel: "5.15.0-105-generic",
+					FabricManagerVersion: "550.54.15", RDMAStack: "MLNX_OFED_LINUX-23.10-1.1.9.0",
+					GPUs: []report.GPU{{Index: 7, Name: "NVIDIA H100 80GB HBM3", UUID: "GPU-x", PCIBusID: "00000000:DB:00.0",
+						Serial: "1654923009876", VBIOSVersion: "96.00.89.00.01", MemoryTotalMiB: 81559}},
+					HCAs: []report.HCA{
+						{Name: "mlx5_0", Model: "MT4129", FWVersion: "28.39.1002",
+							Ports: []report.Port{{Port: 1, State: "ACTIVE", PhysState: "LinkUp", RateGbps: 400, LinkLayer: "InfiniBand"}}},
+						{Name: "mlx5_9", Model: "MT4129"}, // no ports read
+					},
+				},
+				Checks: []report.CheckResult{
+					{Name: "gpu.ecc", Status: report.Fail, DurationMS: 1.25,
+						Findings: []report.Finding{{Severity: report.SevFail, Component: "GPU3", PCIBusID: "00000000:3B:00.0",
+							Code: "ECC_UNCORRECTABLE", Message: "2 uncorrectable DRAM errors", Action: report.ActionReplace}},
+						Metrics: map[string]float64{"gpu3.ecc.dram_uncorrectable": 2, "gpu3.temp_c": -0.5, "x.max": math.MaxFloat64}},
+					{Name: "nccl.allreduce", Status: report.Skip, Reason: "all_reduce_perf.txt absent", Metrics: map[string]float64{}},
+					{Name: "ib.ports", Status: report.Pass},
+				},
+			}
+		}},
+		{"empty report", func(*testing.T) report.Report { return report.Report{Status: report.Pass} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rep := tc.rep(t)
+			rep.Node = "gpu-017"
+			meta := Meta{ID: "0193a1b2c3d4e5f60718293a4b5c6d7e", Node: "gpu-017", WorkID: "w-20250304T050607-abcd1234",
+				Started: started, Finished: started.Add(1500 * time.Millisecond), Full: true}
+
+			p := ResultToProto(meta, &rep)
+			// Through bytes, as on the stream.
+			b, err := proto.Marshal(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var q pb.Result
+			if err := proto.Unmarshal(b, &q); err != nil {
+				t.Fatal(err)
+			}
+			gotMeta, got := ResultFromProto(&q)
+			if gotMeta != meta {
+				t.Errorf("meta: got %+v, want %+v", gotMeta, meta)
+			}
+			if want := normalized(rep); !reflect.DeepEqual(got, want) {
+				t.Errorf("report changed on the wire:\n got %+v\nwant %+v", got, want)
+			}
+			// And back again: the proto side is a fixed point.
+			again := ResultToProto(gotMeta, &got)
+			if !proto.Equal(again, &q) {
+				t.Errorf("proto changed on the second trip:\n got %v\nwant %v", again, &q)
+			}
+		})
+	}
+}
+
+func TestInventoryNilStaysAbsent(t *testing.T) {
+	t.Parallel()
+	if InventoryToProto(nil) != nil {
+		t.Error("a nil inventory (hello before the first pass) must stay absent on the wire")
+	}
+	if got := InventoryFromProto(nil); got.GPUs == nil || got.HCAs == nil {
+		t.Errorf("inventory lists must be empty, not nil: %+v", got)
+	}
+	_, r := ResultFromProto(&pb.Result{Id: "x", Node: "n", Status: "pass"})
+	if !reflect.DeepEqual(r.Inventory, report.Inventory{}) {
+		t.Errorf("absent inventory: got %+v, want the zero inventory", r.Inventory)
+	}
+}
+
+func TestTimes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   time.Time
+		want int64
+	}{
+		{time.Time{}, 0},
+		{time.UnixMilli(1).UTC(), 1},
+		{time.Date(2025, 1, 2, 3, 4, 5, 678_900_000, time.FixedZone("x", 3600)), time.Date(2025, 1, 2, 2, 4, 5, 678_000_000, time.UTC).UnixMilli()},
+	}
+	for _, tc := range tests {
+		if got := UnixMS(tc.in); got != tc.want {
+			t.Errorf("UnixMS(%v) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+	if !FromUnixMS(0).IsZero() || !FromUnixMS(-62135596800000).IsZero() {
+		t.Error("zero and negative milliseconds must read as unset")
+	}
+	if got := FromUnixMS(1741064767123); got.Location() != time.UTC || got.UnixMilli() != 1741064767123 {
+		t.Errorf("FromUnixMS: %v", got)
+	}
+}
+
+func TestCheckFromProtoSharesMetrics(t *testing.T) {
+	t.Parallel()
+	p := &pb.CheckResult{Name: "gpu.thermal", Status: "pass", Metrics: map[string]float64{"gpu0.temp_c": 41}}
+	c := CheckFromProto(p)
+	if c.Metrics["gpu0.temp_c"] != 41 || len(c.Metrics) != 1 {
+		t.Fatalf("metrics %v", c.Metrics)
+	}
+	// Shared, not copied (documented): converting must not cost a map per check.
+	p.Metrics["gpu0.temp_c"] = 42
+	if c.Metrics["gpu0.temp_c"] != 42 {
+		t.Error("metrics were copied")
+	}
+	if c := CheckFromProto(&pb.CheckResult{Name: "x", Status: "pass", Metrics: map[string]float64{}}); c.Metrics != nil {
+		t.Errorf("empty metrics: %v, want nil", c.Metrics)
+	}
+}
