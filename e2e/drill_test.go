@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +29,7 @@ type drillDoc struct {
 		RecoveredAt      time.Time `json:"recovered_at"`
 		Aborted          bool      `json:"aborted"`
 		Polls            int       `json:"polls"`
+		CheckInterval    string    `json:"check_interval"`
 		Findings         []struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
@@ -113,6 +115,7 @@ who: oncall@example.com
 		tg.RecoveredAt.Before(tg.RevertedAt) || tg.Aborted {
 		t.Errorf("drill target: %s", d.summary())
 	}
+	checkDetectionTimedBySchedule(f, "gpu-002", tg.InjectedAt, tg.DetectedAt, tg.CheckInterval)
 	for _, x := range tg.Findings {
 		if x.Code != "not_out_of_service" { // no drain policy in this fleet: expected
 			t.Errorf("drill finding %s: %s", x.Code, x.Message)
@@ -135,4 +138,52 @@ who: oncall@example.com
 	}
 	f.waitConnected(time.Minute, "the fleet settled after the drill")
 	f.checkAckedStoredOnce()
+}
+
+// checkDetectionTimedBySchedule: the agent runs a quick pass right after
+// the injection (every action is followed by one); a real fault triggers
+// no pass, so the drill must time detection by the agent's next scheduled
+// pass. The time to detect is then above 0 and within one interval (5s,
+// agentYAML), and the detecting result is on the schedule's beat: a whole
+// number of intervals after the agent's scheduled passes before the
+// injection (the pass after the action falls anywhere in between).
+func checkDetectionTimedBySchedule(f *fleet, node string, injected, detected time.Time, interval string) {
+	f.t.Helper()
+	const every = 5 * time.Second
+	if interval != "5s" {
+		f.t.Errorf("drill check_interval %q, want the agent's 5s", interval)
+	}
+	ttd := detected.Sub(injected)
+	f.t.Logf("time to detect %v, check interval %s", ttd, interval)
+	if ttd <= 0 || ttd > every+2*time.Second {
+		f.t.Errorf("time to detect %v, want above 0 and within one %v interval", ttd, every)
+	}
+	type stored struct {
+		WorkID   string    `json:"work_id"`
+		Finished time.Time `json:"finished"`
+	}
+	res := jsonOf[struct {
+		Results []stored `json:"results"`
+	}](f, "results", node, "--check", "ib.ports", "--limit", "500")
+	beats, worst := 0, 0.0
+	defer func() {
+		f.t.Logf("%d scheduled passes before the injection, the detection at most %.3fs off their beat", beats, worst)
+	}()
+	for _, r := range res.Results {
+		if r.WorkID != "" || !r.Finished.Before(injected) {
+			continue
+		}
+		beats++
+		off := detected.Sub(r.Finished).Seconds() / every.Seconds()
+		d := math.Abs(off-math.Round(off)) * every.Seconds()
+		worst = max(worst, d)
+		if d > 0.6 {
+			f.t.Errorf("detection at %v is %.2fs off the schedule of the pass at %v: not a scheduled pass",
+				detected.Format(time.RFC3339Nano), d, r.Finished.Format(time.RFC3339Nano))
+			return
+		}
+	}
+	if beats == 0 {
+		f.t.Errorf("no scheduled %s result on %s before the injection at %v", "ib.ports", node, injected)
+	}
 }
