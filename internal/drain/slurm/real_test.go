@@ -98,8 +98,12 @@ func TestRealSlurm(t *testing.T) {
 				t.Logf("Status: %v", err)
 			}
 			return st
-		}, func(st drain.Status) bool { return st.RunningJobs == 1 })
-		if st.State != "allocated" || st.Drained {
+		}, func(st drain.Status) bool {
+			// squeue can list the job as running a moment before
+			// slurmctld's node record says ALLOCATED: wait for both.
+			return st.RunningJobs == 1 && st.State == "allocated"
+		})
+		if st.Drained {
 			t.Fatalf("Status with a job = %+v, want allocated, in service", st)
 		}
 		if err := a.Drain(ctx, node, "rollout r-1"); err != nil {
