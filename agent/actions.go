@@ -183,8 +183,16 @@ func (a *Agent) finishAction(it *actionItem, cfg ActionConfig, params map[string
 	if err != nil {
 		st, msg = fleetcheckv1.ActionStatus_STATE_FAILED, err.Error()
 	}
-	if a.ctx.Err() != nil {
-		st, msg = fleetcheckv1.ActionStatus_STATE_FAILED, "agent stopping: "+msg
+	if err != nil && a.ctx.Err() != nil {
+		// Cut short by our own stop, not failed: leave it unanswered, as a
+		// requested run is, so the coordinator sends it again (same id) to
+		// the restarted agent instead of judging the node on it.
+		a.mu.Lock()
+		a.actRunning--
+		a.releaseLocked(holder)
+		a.mu.Unlock()
+		a.log.Info().Str("action_id", it.id).Str("action", it.name).Err(err).Msg("agent stopping: action cut short, left for the coordinator to send again")
+		return
 	}
 	if st == fleetcheckv1.ActionStatus_STATE_DONE {
 		if n := a.reverts.disarm(it.name, cfg.only(params)); n > 0 {
