@@ -59,6 +59,14 @@ e2e-short: ## the part of make e2e that CI runs (about 3 minutes on 2 cores)
 	$(GO) vet -tags e2e ./e2e/
 	$(GO) test -tags e2e -short -count=1 -timeout 8m ./e2e/
 
+.PHONY: test-browser console-screenshots
+test-browser: ## the web console in headless chromium (chromedp): a coordinator with mTLS and simulated agents on 127.0.0.1 (about 15 s)
+	$(GO) vet -tags browser ./coordinator/console/
+	$(GO) test -tags browser -count=1 -timeout 3m -run Browser ./coordinator/console/
+
+console-screenshots: ## retake docs/console/*.png (the browser suite with CONSOLE_SCREENSHOTS set)
+	CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -tags browser -count=1 -timeout 3m -run Browser ./coordinator/console/
+
 bench: ## benchmarks: analyze of an 8-GPU bundle and of the largest accepted kernel log (256 MiB), each parser, ingest; campaigns once each on the virtual clock
 	$(GO) test -run '^$$' -bench . -benchmem ./node/inspect/ ./node/probe/... ./node/host/... ./node/host/sim/ ./coordinator/store/ ./coordinator/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./campaigns/sweep/ ./campaigns/rollout/ ./campaigns/burnin/ ./campaigns/drill/

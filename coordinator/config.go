@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/coordinator/console"
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/membership"
 	"github.com/fleetcheck/fleetcheck/internal/pki"
@@ -27,6 +28,7 @@ import (
 //	  ca_file: ca.crt             # the CAs agents' and operators' certificates chain to
 //	  trust_domain: fleet.example # the only trust domain let in
 //	# insecure: true              # plaintext, no authorization: demos and tests only
+//	console: {enabled: true, listen: 127.0.0.1:7445}  # the web console (docs/console.md)
 type Config struct {
 	Listen string `yaml:"listen"`
 	// HTTPListen serves /healthz (and /metrics); "off" serves no HTTP.
@@ -57,6 +59,8 @@ type Config struct {
 	// node whose member stops answering is marked unreachable within
 	// seconds (a hint only; docs/config.md).
 	Gossip *membership.FileConfig `yaml:"gossip"`
+	// Console is the web console (docs/console.md): off unless enabled.
+	Console console.Config `yaml:"console"`
 }
 
 // TLSConfig is the coordinator's mutual-TLS identity. Relative paths are
@@ -131,6 +135,7 @@ func (c Config) WithDefaults() Config {
 	if c.SendQueue == 0 {
 		c.SendQueue = DefaultSendQueue
 	}
+	c.Console = c.Console.WithDefaults()
 	return c
 }
 
@@ -163,6 +168,12 @@ func (c Config) Validate() error {
 		if err := pki.ValidateTrustDomain(c.TLS.TrustDomain); err != nil {
 			errs = append(errs, fmt.Errorf("tls.trust_domain: %w", err))
 		}
+	}
+	if err := c.Console.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Console.Enabled && !c.Insecure && !c.TLS.set() {
+		errs = append(errs, errors.New("console: needs tls: (it serves HTTPS with the coordinator's certificate) or insecure: true"))
 	}
 	if err := c.validateCampaigns(); err != nil {
 		errs = append(errs, err)
@@ -197,7 +208,7 @@ func LoadConfig(path string) (Config, error) {
 	}
 	base := config.ConfigDir(path)
 	c.Gossip.Resolve(base)
-	for _, p := range []*string{&c.DataDir, &c.TLS.CertFile, &c.TLS.KeyFile, &c.TLS.CAFile, &c.CompatMatrix, &c.Drain.Kubernetes.Kubeconfig} {
+	for _, p := range []*string{&c.DataDir, &c.TLS.CertFile, &c.TLS.KeyFile, &c.TLS.CAFile, &c.CompatMatrix, &c.Drain.Kubernetes.Kubeconfig, &c.Console.TokenFile} {
 		config.ResolvePath(base, p)
 	}
 	for _, p := range []*string{&c.Drain.Slurm.Scontrol, &c.Drain.Slurm.Sinfo, &c.Drain.Slurm.Squeue} {

@@ -30,6 +30,8 @@ func TestCoordinatorConfigRanges(t *testing.T) {
 		{"breaker.max_count", "breaker: {max_count: -1}"},
 		{"drain.slurm.timeout", "drain: {slurm: {timeout: 1h}}"},
 		{"drain.kubernetes.eviction_timeout", "drain: {kubernetes: {eviction_timeout: 1s}}"},
+		{"console.refresh", "console: {refresh: 10ms}"},
+		{"console.page_size", "console: {page_size: 100000}"},
 		{"gossip.rejoin_interval", "gossip: {bind: 127.0.0.1, rejoin_interval: 500ms}"},
 		{"gossip.probe_interval", "gossip: {bind: 127.0.0.1, probe_interval: 2m}"},
 		{"gossip.suspicion_mult", "gossip: {bind: 127.0.0.1, suspicion_mult: -1}"},

@@ -24,9 +24,11 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/coordinator/authz"
+	"github.com/fleetcheck/fleetcheck/coordinator/console"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/membership"
+	"github.com/fleetcheck/fleetcheck/internal/pki"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -66,6 +68,9 @@ type Options struct {
 	Gossip func(*membership.Config)
 	// Refusals bounds and counts refusals (Secure sets it; default: its own).
 	Refusals *Refusals
+	// Certs is the certificate reloader Secure made; the web console
+	// serves HTTPS with it.
+	Certs *pki.Reloader
 }
 
 // Metrics receives the coordinator's measurements that a snapshot of
@@ -121,6 +126,8 @@ type Server struct {
 	stopping chan struct{}
 
 	camp *campaigns // the campaign engines, set by Start
+
+	console *console.Server // the web console; nil when off
 
 	gossip atomic.Pointer[membership.Pool] // nil when gossip is off
 	// gossipDeaths waits out each gossip death before believing it (gossip.go).
@@ -287,6 +294,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err := s.startGossip(); err != nil {
 		return fmt.Errorf("coordinator: gossip: %w", err)
 	}
+	if err := s.startConsole(); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
 
 	s.startedAt = s.now()
 	s.live = newLiveness(s.cfg.HeartbeatInterval, s.startedAt)
@@ -302,6 +312,9 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		Str("protocol", ProtocolVersion)
 	if s.httpLis != nil {
 		ev = ev.Str("http", s.httpLis.Addr().String())
+	}
+	if s.console != nil {
+		ev = ev.Str("console", s.console.URL())
 	}
 	ev.Msg("coordinator serving")
 	if s.cfg.Insecure {
@@ -403,6 +416,12 @@ func (s *Server) closeLocked(ctx context.Context) error {
 		_ = s.grpcLis.Close() // never served: nothing was accepted on it
 	}
 	var errs []error
+	// The console reads the store and the campaigns: it stops first.
+	if s.console != nil {
+		if err := s.console.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("console shutdown: %w", err))
+		}
+	}
 	if s.http != nil {
 		if err := s.http.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))

@@ -57,6 +57,7 @@ func Secure(cfg Config, opts Options) (Options, *pki.Reloader, error) {
 			return opts, nil, fmt.Errorf("coordinator: %w", err)
 		}
 		opts.Credentials = creds
+		opts.Certs = r
 	}
 	opts.UnaryInterceptors = append([]grpc.UnaryServerInterceptor{a.UnaryInterceptor()}, opts.UnaryInterceptors...)
 	opts.StreamInterceptors = append([]grpc.StreamServerInterceptor{a.StreamInterceptor()}, opts.StreamInterceptors...)

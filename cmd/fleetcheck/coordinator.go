@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -52,7 +53,9 @@ The config is YAML:
 
 Relative paths are relative to the config file. Certificate files replaced on disk
 are served from the next handshake on, without a restart. /metrics (Prometheus) is
-served on http_listen next to /healthz (docs/metrics.md).`,
+served on http_listen next to /healthz (docs/metrics.md). The web console
+(console: {enabled: true}) serves on its own address (docs/console.md); SIGHUP
+rereads its token file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if configFile == "" {
@@ -82,6 +85,7 @@ served on http_listen next to /healthz (docs/metrics.md).`,
 			if certs != nil {
 				go certs.Run(ctx, 0)
 			}
+			go reloadOnHUP(ctx, srv, log)
 			return srv.Serve(ctx)
 		},
 	}
@@ -140,6 +144,24 @@ DIR/fleetcheck.db-shm, copy the backup to DIR/fleetcheck.db, start it.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "the coordinator's data directory")
 	cmd.Flags().StringVar(&configFile, "config", "", "take the data directory from this coordinator config (a relative data_dir is the config file's directory's)")
 	return cmd
+}
+
+// reloadOnHUP rereads the console's token file on each SIGHUP (the
+// certificates reload by themselves when their files change).
+func reloadOnHUP(ctx context.Context, srv *coordinator.Server, log zerolog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if err := srv.ReloadConsole(); err != nil {
+				log.Error().Err(err).Msg("SIGHUP: console tokens not reloaded; the previous ones stay")
+			}
+		}
+	}
 }
 
 // newCoordinator wires a coordinator from its config: mutual TLS and

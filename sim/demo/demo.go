@@ -26,6 +26,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/agent"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/coordinator/console"
 	"github.com/fleetcheck/fleetcheck/coordinator/metrics"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/config"
@@ -168,6 +169,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		HeartbeatInterval: demoHeartbeat(opts.Nodes),
 		Insecure:          true,
 		Gossip:            loopbackGossip(),
+		// The web console, when serving: loopback, and in this
+		// plaintext demo everyone is an anonymous operator.
+		Console: console.Config{Enabled: opts.Serve, Listen: "127.0.0.1:0", Actions: true},
 	}, coordinator.Options{Logger: opts.Logger, Version: opts.Version, Metrics: cm,
 		Gossip: func(c *membership.Config) { tuneErr = errors.Join(tuneErr, gossipTune(c)) }})
 	if err != nil {
@@ -257,6 +261,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		}
 	}
 	if opts.Serve {
+		say("console: %s", srv.ConsoleURL())
 		say("serving until interrupted: gRPC %s (try `fleetcheck nodes --insecure --coordinator %s`), metrics http://%s/metrics, gossip %s (`fleetcheck gossip members --insecure --coordinator %s` lists every member's address)",
 			addr, addr, httpAddr, srv.GossipAddr(), addr)
 		<-ctx.Done()

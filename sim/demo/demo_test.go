@@ -60,6 +60,19 @@ func TestDemoCatchesEveryInjectedFault(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `fleetcheck_nodes{state="healthy"}`) {
 		t.Errorf("GET %s: %d %v\n%.500s", m[2], resp.StatusCode, err, body)
 	}
+	// The console line, and the demo fleet explorable there.
+	cm := regexp.MustCompile(`(?m)^console: (http://127\.0\.0\.1:[0-9]+/)$`).FindStringSubmatch(progress.String())
+	if cm == nil {
+		t.Errorf("no console line in:\n%s", progress.String())
+	} else if resp, err := http.Get(cm[1] + "fleet"); err != nil {
+		t.Error(err)
+	} else {
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), "8 of 8 nodes") {
+			t.Errorf("GET %sfleet: %d\n%.500s", cm[1], resp.StatusCode, page)
+		}
+	}
 	cancel()
 	o := <-done
 	res, err := o.res, o.err
