@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,6 +61,7 @@ type options struct {
 	window       int
 	gossipTune   func(*membership.Config)
 	spoolFS      spool.FS
+	lookup       lookupFunc
 }
 
 // WithVersion sets the agent version the hello declares.
@@ -179,6 +181,7 @@ func New(cfg *Config, h host.Host, logger zerolog.Logger, opts ...Option) (*Agen
 		window:       32,
 		backoff:      ExpBackoff{Initial: time.Duration(cfg.Reconnect.Initial), Max: time.Duration(cfg.Reconnect.Max)},
 		activity:     fileActivity{path: cfg.activityFile(), fallback: cfg.Activity},
+		lookup:       net.DefaultResolver.LookupHost,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -259,7 +262,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.ctx = ctx
 	a.o.metrics.Spool(sp.Len(), sp.Bytes())
-	a.log.Info().Str("coordinator", a.cfg.Coordinator).Strs("enabled_checks", a.enabledNames).
+	a.log.Info().Strs("coordinators", a.cfg.coordinatorAddrs()).Strs("enabled_checks", a.enabledNames).
 		Dur("interval_ms", time.Duration(a.cfg.Interval)).Int("spooled", sp.Len()).Msg("agent starting")
 
 	a.startGossip()

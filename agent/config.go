@@ -35,6 +35,10 @@ type Config struct {
 	// Coordinator is the coordinator's gRPC address, "host:port" (or a
 	// gRPC target such as "dns:///coord.example:7443").
 	Coordinator string `yaml:"coordinator"`
+	// Coordinators lists several coordinators (over one PostgreSQL
+	// store) to fail over between, instead of Coordinator. A host name
+	// that resolves to several addresses counts each (failover.go).
+	Coordinators []string `yaml:"coordinators"`
 	// Insecure allows plaintext to the coordinator. Without it, TLS is required.
 	Insecure bool      `yaml:"insecure"`
 	TLS      TLSConfig `yaml:"tls"`
@@ -396,13 +400,8 @@ func (c *Config) Validate() error {
 			return bad("labels[%s]: bad value %q (at most 63 letters, digits, '.', '_', '-')", k, v)
 		}
 	}
-	if c.Coordinator == "" {
-		return bad("coordinator: the coordinator's address (host:port) is required")
-	}
-	if !strings.Contains(c.Coordinator, "://") {
-		if _, _, err := net.SplitHostPort(c.Coordinator); err != nil {
-			return bad("coordinator %q: want host:port: %v", c.Coordinator, err)
-		}
+	if err := c.validateCoordinators(); err != nil {
+		return bad("%w", err)
 	}
 	tlsSet := c.TLS.CAFile != "" || c.TLS.CertFile != "" || c.TLS.KeyFile != ""
 	switch {
@@ -476,6 +475,7 @@ var (
 	rangeSpoolBytes    = config.R[ByteSize](1<<20, 64<<30)
 	rangeReconnectInit = config.R(config.Duration(10*time.Millisecond), config.Duration(10*time.Minute))
 	rangeReconnectMax  = config.R(config.Duration(10*time.Millisecond), config.Duration(time.Hour))
+	rangeCoordinators  = config.R(1, 16)                                                         // entries of coordinators:
 	rangeActionTimeout = config.R(config.Duration(time.Second), config.Duration(7*24*time.Hour)) // a burn-in stress runs for a day
 	rangeRevertAfter   = config.R(config.Duration(time.Second), config.Duration(7*24*time.Hour))
 	rangeProcsPerNode  = config.R(1, 256)

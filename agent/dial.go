@@ -92,13 +92,18 @@ func orWord(s, word string) string {
 }
 
 // dialOptions is the one place that decides how the agent reaches the
-// coordinator. extra (tests: an in-memory dialer) comes last.
-func dialOptions(creds credentials.TransportCredentials, extra []grpc.DialOption) []grpc.DialOption {
+// coordinator. authority, when set, is the name the coordinator's
+// certificate must hold while the target is one of its addresses. extra
+// (tests: an in-memory dialer) comes last.
+func dialOptions(creds credentials.TransportCredentials, authority string, extra []grpc.DialOption) []grpc.DialOption {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		// Results can be large (many GPUs, many findings); the coordinator
 		// bounds what it accepts.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
+	}
+	if authority != "" {
+		opts = append(opts, grpc.WithAuthority(authority))
 	}
 	return append(opts, extra...)
 }

@@ -141,6 +141,9 @@ type fakeCoord struct {
 	gossipKeys []*fleetcheckv1.GossipKeyStatus
 	heartbeats int
 	conn       *coordConn
+	// db, when set, is a store several coordinators share (failover
+	// tests): it dedupes by id across them and names known results.
+	db *sharedDB
 }
 
 type coordConn struct {
@@ -169,6 +172,9 @@ func (c *fakeCoord) Connect(st grpc.BidiStreamingServer[fleetcheckv1.AgentMessag
 	c.mu.Lock()
 	c.hellos = append(c.hellos, h)
 	known := c.known
+	if c.db != nil {
+		known = c.db.ids()
+	}
 	gossipAddr := c.gossipAddr
 	c.mu.Unlock()
 	if refuse != "" {
@@ -265,6 +271,9 @@ func (c *fakeCoord) handle(m *fleetcheckv1.AgentMessage) *fleetcheckv1.Coordinat
 			}
 		} else {
 			c.results[r.GetId()] = r
+		}
+		if c.db != nil {
+			dup = !c.db.insert(r.GetId())
 		}
 		if c.noAck || c.silent {
 			return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -22,6 +23,7 @@ func TestAgentConfigRanges(t *testing.T) {
 	const act = "actions: {fault: {command: [/bin/true], revert: undo}, undo: {command: [/bin/true]}, a: {command: [/bin/true], "
 	const multi = "multi_node: {launcher_command: [mpirun, -H, '{hosts}'], allowed_peers: 'gpu-[0-9]+', "
 	cases := []struct{ doc, yaml string }{
+		{"coordinators", "coordinators: [" + manyCoordinators(17) + "]"},
 		{"interval", "interval: 48h"},
 		{"pass_timeout", "pass_timeout: 500ms"},
 		{"work.default_timeout", "work: {default_timeout: 49h, max_timeout: 49h}"},
@@ -82,4 +84,13 @@ func TestAgentConfigRanges(t *testing.T) {
 			t.Errorf("numeric key %s has no range case (and maybe no range)", k)
 		}
 	}
+}
+
+// manyCoordinators lists n distinct loopback addresses.
+func manyCoordinators(n int) string {
+	var out []string
+	for i := range n {
+		out = append(out, "127.0.0.1:"+strconv.Itoa(7000+i))
+	}
+	return strings.Join(out, ", ")
 }

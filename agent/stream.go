@@ -45,32 +45,34 @@ const goodbyeGrace = 2 * time.Second
 
 type agentStream = grpc.BidiStreamingClient[fleetcheckv1.AgentMessage, fleetcheckv1.CoordinatorMessage]
 
-// connectLoop keeps one stream to the coordinator, reconnecting with
-// backoff. The backoff resets only after a connection that was welcomed
-// and lasted: a coordinator that accepts and drops at once must not be
-// hammered.
+// connectLoop keeps one stream to a coordinator, reconnecting with
+// backoff, to the next configured coordinator after each stream or
+// attempt (failover.go). The backoff resets only after a connection that
+// was welcomed and lasted: a coordinator that accepts and drops at once
+// must not be hammered.
 func (a *Agent) connectLoop(ctx context.Context) {
-	attempt := 0
+	rot := &rotation{node: a.cfg.Node, addrs: a.cfg.coordinatorAddrs(), lookup: a.o.lookup}
 	for {
+		ep := rot.pick(ctx)
 		start := time.Now()
-		welcomed, err := a.session(ctx)
+		welcomed, err := a.session(ctx, ep)
 		if ctx.Err() != nil {
 			return
-		}
-		if welcomed && time.Since(start) >= a.o.healthyAfter {
-			attempt = 0
 		}
 		if why := a.certNotValid(time.Now()); why != "" && !welcomed {
 			err = fmt.Errorf("%w: %s (%w)", ErrNotAuthorized, why, err)
 		}
+		attempt := rot.done(welcomed && time.Since(start) >= a.o.healthyAfter)
 		wait := a.o.backoff.Next(attempt)
-		attempt++
 		ev := a.log.Warn()
 		if errors.Is(err, ErrNotAuthorized) {
 			// Not an outage: say so at error level, and knock rarely.
 			wait, ev = longestWait(a.o.backoff), a.log.Error()
 		}
-		ev = ev.Err(err).Dur("retry_in_ms", wait).Int("attempt", attempt)
+		ev = ev.Err(err).Str("coordinator", ep.String()).Dur("retry_in_ms", wait).Int("attempt", rot.failed)
+		if len(rot.eps) > 1 {
+			ev = ev.Str("next", rot.eps[rot.next%len(rot.eps)].String())
+		}
 		switch {
 		case errors.Is(err, ErrNotAuthorized):
 			ev.Msg("coordinator refused this agent's certificate; check its node name and CA (retrying at the longest interval)")
@@ -118,10 +120,10 @@ type session struct {
 // session dials, says hello, waits for the welcome, then runs the sender,
 // receiver and heartbeats until one fails. It reports whether the
 // coordinator welcomed the agent.
-func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
-	conn, err := grpc.NewClient(a.cfg.Coordinator, dialOptions(a.creds, a.o.dial)...)
+func (a *Agent) session(ctx context.Context, ep endpoint) (welcomed bool, err error) {
+	conn, err := grpc.NewClient(ep.target, dialOptions(a.creds, ep.authority, a.o.dial)...)
 	if err != nil {
-		return false, fmt.Errorf("dial %s: %w", a.cfg.Coordinator, err)
+		return false, fmt.Errorf("dial %s: %w", ep, err)
 	}
 	defer func() { _ = conn.Close() }() // the session's own error is what is returned
 
@@ -178,7 +180,7 @@ func (a *Agent) session(ctx context.Context) (welcomed bool, err error) {
 			known++
 		}
 	}
-	a.log.Info().Str("coordinator_version", w.GetCoordinatorVersion()).Str("protocol_version", w.GetProtocolVersion()).
+	a.log.Info().Str("coordinator", ep.String()).Str("coordinator_version", w.GetCoordinatorVersion()).Str("protocol_version", w.GetProtocolVersion()).
 		Dur("heartbeat_ms", s.every).Int("spooled", a.spool.Len()).Int("already_stored", known).Msg("connected to coordinator")
 	a.gossipWelcome(w.GetGossipAddr())
 	a.o.metrics.Connected(true)
