@@ -31,7 +31,7 @@ passive check fleet-wide and prints the fleet table. --nodes goes up to
 1000; the demo's timings grow with the fleet, and at most 64 agents join
 the gossip pool, since every member shares this machine (docs/scale.md).
 --serve keeps it running and prints every address it listens on (gRPC,
-/metrics, gossip). Logs are errors only (-v for more), in colour only on a
+/metrics, gossip, and "console: http://127.0.0.1:PORT/", the web console). Logs are errors only (-v for more), in colour only on a
 terminal.
 
 --scenario picks what runs instead: the campaigns (sweep, rollout, burnin,
