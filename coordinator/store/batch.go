@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // How a batch is written. Every SQL statement is a cgo call, and a
@@ -189,13 +191,28 @@ func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
 	ctx := context.Background() // a batch is committed whole, whoever stopped waiting
 	s.inv.mu.Lock()
 	defer s.inv.mu.Unlock()
-	tx, err := s.w.BeginTx(ctx, nil)
+	var seen map[string]invSeen
+	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		for _, req := range batch { // a fenced or failed try leaves no half answers
+			req.ack, req.err, req.dupOf = Ack{}, nil, -1
+		}
+		var err error
+		seen, err = s.writeBatch(ctx, tx, batch, stored.UnixMilli())
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("store results: begin: %w", err)
+		return fmt.Errorf("store results: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	storedMS := stored.UnixMilli()
+	if s.inv.m == nil {
+		s.inv.m = make(map[string]invSeen, len(seen))
+	}
+	for node, v := range seen {
+		s.inv.m[node] = v
+	}
+	return nil
+}
 
+func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq, storedMS int64) (map[string]invSeen, error) {
 	unique := make(map[string]bool, len(batch))
 	ids := make([]any, 0, len(batch))
 	for _, req := range batch {
@@ -206,21 +223,14 @@ func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
 	}
 	known, err := storedResults(ctx, tx, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
-	checks := 0
-	for _, req := range batch {
-		checks += len(req.r.Checks)
-	}
-	results, full := make([]any, 0, 8*len(batch)), make([]any, 0, len(batch))
-	checkRows, latest := make([]any, 0, 10*checks), make([]any, 0, 6*checks)
-	sums := make(map[summaryKey]*summaryVal, checks)
-	var fresh []*ingestReq
 	// An id belongs to the node that stored it first, in an earlier batch
 	// (known) or earlier in this one (inserting): a copy from that node is
 	// answered with the original ack, one from another node is a conflict.
 	inserting := make(map[string]int, len(batch))
+	var fresh []*ingestReq
 	for i, req := range batch {
 		r := &req.r
 		owner := ""
@@ -242,20 +252,44 @@ func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
 			continue
 		}
 		inserting[r.ID] = i
+		fresh = append(fresh, req)
+	}
+	fresh, err = s.insertResults(ctx, tx, fresh, storedMS)
+	if err != nil {
+		return nil, err
+	}
+
+	checks := 0
+	for _, req := range fresh {
+		checks += len(req.r.Checks)
+	}
+	checkRows := make([][]any, 0, checks)
+	latestNewest := make(map[[2]string][]any, checks)
+	sums := make(map[summaryKey]*summaryVal, checks)
+	var full []any
+	for _, req := range fresh {
+		r := &req.r
 		finished := ms(r.Finished)
-		results = append(results, r.ID, r.Node, r.WorkID, ms(r.Started), finished, string(r.Status), boolInt(r.Full), storedMS, r.Trigger)
 		for k := range r.Checks {
 			c, pc := &r.Checks[k], &req.prep.checks[k]
-			checkRows = append(checkRows, r.ID, r.Node, c.Name, string(c.Status), pc.reason, pc.findings, pc.metrics,
-				pc.duration, finished, storedMS)
-			latest = append(latest, r.Node, c.Name, string(c.Status), pc.detail, r.ID, finished)
+			checkRows = append(checkRows, []any{r.ID, r.Node, c.Name, string(c.Status), pc.reason, pc.findings, pc.metrics,
+				pc.duration, finished, storedMS})
+			// Only the newest row per node and check can win (as rows
+			// applied one at a time would), and PostgreSQL refuses one
+			// statement updating a row twice.
+			key := [2]string{r.Node, c.Name}
+			if cur, ok := latestNewest[key]; !ok || newerRow(finished, r.ID, cur[5].(int64), cur[4].(string)) {
+				latestNewest[key] = []any{r.Node, c.Name, string(c.Status), pc.detail, r.ID, finished}
+			}
 			addSummary(sums, summaryKey{r.Node, c.Name, req.prep.day}, c.Status, pc.duration)
 		}
 		if r.Full {
 			full = append(full, r.Node)
 		}
-		fresh = append(fresh, req)
 		req.ack = Ack{ResultID: r.ID, Stored: fromMS(storedMS)}
+	}
+	if err := s.insertCheckRows(ctx, tx, checkRows); err != nil {
+		return nil, fmt.Errorf("check results: %w", err)
 	}
 
 	steps := []struct {
@@ -263,51 +297,170 @@ func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
 		cols             int
 		args             []any
 	}{
-		{"results", `INSERT INTO results (id, node, work_id, started, finished, status, full, stored, triggered_by) VALUES `, ``, 9, results},
-		{"check results", `INSERT INTO check_results
-			(result_id, node, check_name, status, reason, findings, metrics, duration_ms, finished, stored) VALUES `, ``, 10, checkRows},
-		// Rows apply in order, so a node's later result in the batch wins
-		// as it would one statement at a time; a late one never overrides.
 		{"latest checks", `INSERT INTO node_checks (node, check_name, status, detail, result_id, finished) VALUES `,
 			` ON CONFLICT (node, check_name) DO UPDATE SET
 				status = excluded.status, detail = excluded.detail,
 				result_id = excluded.result_id, finished = excluded.finished
 			WHERE excluded.finished > node_checks.finished
-				OR (excluded.finished = node_checks.finished AND excluded.result_id >= node_checks.result_id)`, 6, latest},
+				OR (excluded.finished = node_checks.finished AND excluded.result_id >= node_checks.result_id)`, 6, latestRows(latestNewest)},
 		{"summaries", `INSERT INTO check_summaries
 			(node, check_name, day, pass, warn, fail, error, skip, duration_ms_total) VALUES `,
 			` ON CONFLICT (node, check_name, day) DO UPDATE SET
-				pass = pass + excluded.pass, warn = warn + excluded.warn,
-				fail = fail + excluded.fail, error = error + excluded.error,
-				skip = skip + excluded.skip,
-				duration_ms_total = duration_ms_total + excluded.duration_ms_total`, 9, summaryRows(sums)},
+				pass = check_summaries.pass + excluded.pass, warn = check_summaries.warn + excluded.warn,
+				fail = check_summaries.fail + excluded.fail, error = check_summaries.error + excluded.error,
+				skip = check_summaries.skip + excluded.skip,
+				duration_ms_total = check_summaries.duration_ms_total + excluded.duration_ms_total`, 9, summaryRows(sums)},
 	}
 	for _, st := range steps {
 		if err := execRows(ctx, tx, st.head, st.tail, st.cols, st.args); err != nil {
-			return fmt.Errorf("store results: %s: %w", st.what, err)
+			return nil, fmt.Errorf("%s: %w", st.what, err)
 		}
 	}
+	sortAny(full)
 	if err := execIn(ctx, tx, `UPDATE nodes SET has_full = 1 WHERE has_full = 0 AND name IN `, full); err != nil {
-		return fmt.Errorf("store results: mark full: %w", err)
+		return nil, fmt.Errorf("mark full: %w", err)
 	}
-	seen, err := s.writeInventories(ctx, tx, fresh)
+	return s.writeInventories(ctx, tx, fresh)
+}
+
+// newerRow is CheckState.Newer on stored columns.
+func newerRow(finished int64, id string, curFinished int64, curID string) bool {
+	if finished != curFinished {
+		return finished > curFinished
+	}
+	return id >= curID
+}
+
+// latestRows flattens the newest rows in key order: writers that lock rows
+// in one order cannot deadlock each other (several coordinators on
+// PostgreSQL).
+func latestRows(m map[[2]string][]any) []any {
+	keys := make([][2]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	out := make([]any, 0, 6*len(keys))
+	for _, k := range keys {
+		out = append(out, m[k]...)
+	}
+	return out
+}
+
+func sortAny(v []any) {
+	sort.Slice(v, func(i, j int) bool { return v[i].(string) < v[j].(string) })
+}
+
+const resultColumns = `id, node, work_id, started, finished, status, "full", stored, triggered_by`
+
+func resultRow(r *Result, storedMS int64) []any {
+	return []any{r.ID, r.Node, r.WorkID, ms(r.Started), ms(r.Finished), string(r.Status), boolInt(r.Full), storedMS, r.Trigger}
+}
+
+// insertResults writes the results' rows and returns the requests whose
+// row it wrote. On SQLite that is all of them: the one writer holds the
+// database. On PostgreSQL another coordinator may have stored one of the
+// ids since the look-up: the rows go through a staging table (COPY) and
+// INSERT ... ON CONFLICT DO NOTHING, and a result someone else stored
+// meanwhile is answered as a duplicate or a conflict, like a known one.
+func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingestReq, storedMS int64) ([]*ingestReq, error) {
+	if len(fresh) == 0 {
+		return nil, nil
+	}
+	if tx.Dialect() != sqldb.Postgres {
+		args := make([]any, 0, 9*len(fresh))
+		for _, req := range fresh {
+			args = append(args, resultRow(&req.r, storedMS)...)
+		}
+		if err := execRows(ctx, tx, `INSERT INTO results (`+resultColumns+`) VALUES `, ``, 9, args); err != nil {
+			return nil, fmt.Errorf("results: %w", err)
+		}
+		return fresh, nil
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS results_in (
+		id TEXT, node TEXT, work_id TEXT, started BIGINT, finished BIGINT, status TEXT,
+		"full" BIGINT, stored BIGINT, triggered_by TEXT) ON COMMIT DELETE ROWS`); err != nil {
+		return nil, fmt.Errorf("results staging table: %w", err)
+	}
+	rows := make([][]any, 0, len(fresh))
+	for _, req := range fresh {
+		rows = append(rows, resultRow(&req.r, storedMS))
+	}
+	cols := strings.Split(strings.ReplaceAll(strings.ReplaceAll(resultColumns, " ", ""), `"`, ""), ",")
+	if _, err := tx.CopyFrom(ctx, "results_in", cols, rows); err != nil {
+		return nil, fmt.Errorf("results: %w", err)
+	}
+	q, err := tx.QueryContext(ctx, `INSERT INTO results (`+resultColumns+`)
+		SELECT `+resultColumns+` FROM results_in ORDER BY id ON CONFLICT (id) DO NOTHING RETURNING id`)
 	if err != nil {
+		return nil, fmt.Errorf("results: %w", err)
+	}
+	inserted := make(map[string]bool, len(fresh))
+	for q.Next() {
+		var id string
+		if err := q.Scan(&id); err != nil {
+			q.Close()
+			return nil, fmt.Errorf("results: %w", err)
+		}
+		inserted[id] = true
+	}
+	if err := q.Err(); err != nil {
+		return nil, fmt.Errorf("results: %w", err)
+	}
+	if len(inserted) == len(fresh) {
+		return fresh, nil
+	}
+	var lost []any
+	out := fresh[:0:0]
+	for _, req := range fresh {
+		if inserted[req.r.ID] {
+			out = append(out, req)
+		} else {
+			lost = append(lost, req.r.ID)
+		}
+	}
+	known, err := storedResults(ctx, tx, lost)
+	if err != nil {
+		return nil, err
+	}
+	for _, req := range fresh {
+		k, ok := known[req.r.ID]
+		switch {
+		case inserted[req.r.ID]:
+		case !ok:
+			return nil, fmt.Errorf("results: %s neither inserted nor stored", req.r.ID)
+		case k.node == req.r.Node:
+			req.ack = Ack{ResultID: req.r.ID, Duplicate: true, Stored: fromMS(k.stored)}
+		default:
+			req.err = fmt.Errorf("%w: %s is %s's, not %s's", ErrIDConflict, req.r.ID, k.node, req.r.Node)
+		}
+	}
+	return out, nil
+}
+
+var checkColumns = []string{"result_id", "node", "check_name", "status", "reason", "findings", "metrics", "duration_ms", "finished", "stored"}
+
+// insertCheckRows appends check results: COPY on PostgreSQL (their ids are
+// new, so nothing can conflict), multi-row INSERTs on SQLite.
+func (s *Store) insertCheckRows(ctx context.Context, tx *sqldb.Tx, rows [][]any) error {
+	if tx.Dialect() == sqldb.Postgres {
+		_, err := tx.CopyFrom(ctx, "check_results", checkColumns, rows)
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("store results: commit: %w", err)
+	args := make([]any, 0, len(checkColumns)*len(rows))
+	for _, r := range rows {
+		args = append(args, r...)
 	}
-	if s.inv.m == nil {
-		s.inv.m = make(map[string]invSeen, len(seen))
-	}
-	for node, v := range seen {
-		s.inv.m[node] = v
-	}
-	return nil
+	return execRows(ctx, tx, `INSERT INTO check_results (`+strings.Join(checkColumns, ", ")+`) VALUES `, ``, len(checkColumns), args)
 }
 
 // storedResults looks up which of ids are stored already.
-func storedResults(ctx context.Context, tx *sql.Tx, ids []any) (map[string]storedRow, error) {
+func storedResults(ctx context.Context, tx *sqldb.Tx, ids []any) (map[string]storedRow, error) {
 	out := map[string]storedRow{}
 	for done := 0; done < len(ids); {
 		n := chunkRows(len(ids) - done)
@@ -339,7 +492,7 @@ func storedResults(ctx context.Context, tx *sql.Tx, ids []any) (map[string]store
 // batch order: the node's current inventory, and a history row for each
 // change of identity. Unchanged inventories cost nothing. It returns what
 // the cache should know once the transaction commits; s.inv.mu is held.
-func (s *Store) writeInventories(ctx context.Context, tx *sql.Tx, fresh []*ingestReq) (map[string]invSeen, error) {
+func (s *Store) writeInventories(ctx context.Context, tx *sqldb.Tx, fresh []*ingestReq) (map[string]invSeen, error) {
 	seen := map[string]invSeen{}
 	for _, req := range fresh {
 		if req.r.Inventory == nil {
@@ -373,7 +526,7 @@ func (s *Store) writeInventories(ctx context.Context, tx *sql.Tx, fresh []*inges
 	return seen, nil
 }
 
-func lastInventoryHash(ctx context.Context, tx *sql.Tx, node string) (string, error) {
+func lastInventoryHash(ctx context.Context, tx *sqldb.Tx, node string) (string, error) {
 	var last string
 	err := tx.QueryRowContext(ctx, `SELECT hash FROM inventory_history WHERE node = ? ORDER BY id DESC LIMIT 1`, node).Scan(&last)
 	if err != nil && err != sql.ErrNoRows {
@@ -385,7 +538,7 @@ func lastInventoryHash(ctx context.Context, tx *sql.Tx, node string) (string, er
 // writeInventory sets the node's current inventory and appends a history
 // row when its identity differs from last, the newest row's hash. It
 // returns the newest row's hash afterwards.
-func writeInventory(ctx context.Context, tx *sql.Tx, node string, p *preparedInventory, at int64, last string) (string, error) {
+func writeInventory(ctx context.Context, tx *sqldb.Tx, node string, p *preparedInventory, at int64, last string) (string, error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE nodes SET inventory = ? WHERE name = ?`, p.raw, node); err != nil {
 		return "", fmt.Errorf("inventory of %s: %w", node, err)
 	}
@@ -422,8 +575,23 @@ func addSummary(sums map[summaryKey]*summaryVal, k summaryKey, st report.Status,
 }
 
 func summaryRows(sums map[summaryKey]*summaryVal) []any {
+	keys := make([]summaryKey, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { // one lock order (latestRows)
+		a, b := keys[i], keys[j]
+		if a.node != b.node {
+			return a.node < b.node
+		}
+		if a.check != b.check {
+			return a.check < b.check
+		}
+		return a.day < b.day
+	})
 	out := make([]any, 0, 9*len(sums))
-	for k, v := range sums {
+	for _, k := range keys {
+		v := sums[k]
 		out = append(out, k.node, k.check, k.day, v.pass, v.warn, v.fail, v.errs, v.skip, v.durationMS)
 	}
 	return out
@@ -464,7 +632,7 @@ func inList(n int) string {
 }
 
 // execRows runs head + VALUES rows + tail over args, cols values a row.
-func execRows(ctx context.Context, tx *sql.Tx, head, tail string, cols int, args []any) error {
+func execRows(ctx context.Context, tx *sqldb.Tx, head, tail string, cols int, args []any) error {
 	rows := len(args) / cols
 	for done := 0; done < rows; {
 		n := chunkRows(rows - done)
@@ -477,7 +645,7 @@ func execRows(ctx context.Context, tx *sql.Tx, head, tail string, cols int, args
 }
 
 // execIn runs head + (?, ...) over args in chunks.
-func execIn(ctx context.Context, tx *sql.Tx, head string, args []any) error {
+func execIn(ctx context.Context, tx *sqldb.Tx, head string, args []any) error {
 	for done := 0; done < len(args); {
 		n := chunkRows(len(args) - done)
 		if _, err := tx.ExecContext(ctx, head+inList(n), args[done:done+n]...); err != nil {

@@ -10,7 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // fullResult is a 13-check result like an agent's quick pass, with an
@@ -27,9 +29,10 @@ func fullResult(id, node string, at time.Time, inv *report.Inventory) Result {
 // Many results at once exercise every statement shape (256, 64, 16, 4, 1
 // rows), copies within a batch, copies of stored results and an id owned
 // by another node, and end with the same rows as one statement a row.
-func TestBatchedWritesLikeOneByOne(t *testing.T) {
-	t.Parallel()
-	s := open(t, t.TempDir(), func(o *Options) { o.BatchDelay = 20 * time.Millisecond })
+func TestBatchedWritesLikeOneByOne(t *testing.T) { both(t, testBatchedWritesLikeOneByOne) }
+
+func testBatchedWritesLikeOneByOne(t *testing.T, be backend) {
+	s := open(t, be.loc(t), func(o *Options) { o.BatchDelay = 20 * time.Millisecond })
 	defer s.Close()
 	ctx := context.Background()
 	inv := &report.Inventory{DriverVersion: "535.161.08", GPUs: []report.GPU{{Index: 0, Serial: "S0"}}}
@@ -111,9 +114,10 @@ func TestBatchedWritesLikeOneByOne(t *testing.T) {
 
 // The writer skips unchanged inventories by remembering them; a join that
 // records an inventory behind its back makes it look again.
-func TestInventoryCacheFollowsJoins(t *testing.T) {
-	t.Parallel()
-	s := open(t, t.TempDir(), nil)
+func TestInventoryCacheFollowsJoins(t *testing.T) { both(t, testInventoryCacheFollowsJoins) }
+
+func testInventoryCacheFollowsJoins(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
 	defer s.Close()
 	ctx := context.Background()
 	a := &report.Inventory{DriverVersion: "535.161.08"}
@@ -272,9 +276,10 @@ func sameIDTwice(t *testing.T, senders, want []string) {
 
 // A new node's join returns the node without reading it back: it must be
 // what a read gives.
-func TestNodeJoinedReturnsWhatIsStored(t *testing.T) {
-	t.Parallel()
-	s := open(t, t.TempDir(), nil)
+func TestNodeJoinedReturnsWhatIsStored(t *testing.T) { both(t, testNodeJoinedReturnsWhatIsStored) }
+
+func testNodeJoinedReturnsWhatIsStored(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
 	defer s.Close()
 	ctx := context.Background()
 	inv := &report.Inventory{DriverVersion: "535.161.08", GPUs: []report.GPU{{Index: 0, Serial: "S0", MemoryTotalMiB: 81559}},
@@ -302,5 +307,52 @@ func TestNodeJoinedReturnsWhatIsStored(t *testing.T) {
 	}
 	if h, err := s.InventoryHistory(ctx, "a"); err != nil || len(h) != 1 {
 		t.Errorf("history after a rejoin: %d rows, %v", len(h), err)
+	}
+}
+
+// Two coordinators on one PostgreSQL: a result another stored between
+// this one's look-up and its insert is answered as a duplicate (same
+// node) or a conflict, and nothing is stored twice.
+func TestInsertResultsLosesARaceCleanly(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a := open(t, url, nil)
+	defer a.Close()
+	b := open(t, url, nil)
+	defer b.Close()
+	ctx := context.Background()
+	if _, err := a.Ingest(ctx, fullResult("mine", "n1", time.Now(), nil)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Ingest(ctx, fullResult("theirs", "n2", time.Now(), nil)); err != nil {
+		t.Fatal(err)
+	}
+	// b did its look-up before a's commits: all three look fresh to it.
+	reqs := []*ingestReq{
+		{r: fullResult("mine", "n1", time.Now(), nil), dupOf: -1},
+		{r: fullResult("theirs", "n1", time.Now(), nil), dupOf: -1},
+		{r: fullResult("new", "n1", time.Now(), nil), dupOf: -1},
+	}
+	var kept []*ingestReq
+	err := b.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		var err error
+		kept, err = b.insertResults(ctx, tx, reqs, time.Now().UnixMilli())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0].r.ID != "new" {
+		t.Fatalf("kept %d requests, want only the new one", len(kept))
+	}
+	if !reqs[0].ack.Duplicate || reqs[0].err != nil {
+		t.Errorf("same node, same id: ack %+v err %v, want the original ack", reqs[0].ack, reqs[0].err)
+	}
+	if !errors.Is(reqs[1].err, ErrIDConflict) {
+		t.Errorf("another node's id: %v, want a conflict", reqs[1].err)
+	}
+	c, err := b.Count(ctx)
+	if err != nil || c.Results != 3 {
+		t.Fatalf("results stored: %+v %v, want 3", c, err)
 	}
 }

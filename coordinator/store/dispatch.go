@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // RecordDispatch records that work workID goes to nodes. The coordinator
@@ -21,23 +23,21 @@ func (s *Store) RecordDispatch(ctx context.Context, workID string, nodes []strin
 	if at.IsZero() {
 		at = s.opts.Now()
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("record dispatch %s: %w", workID, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO dispatches (work_id, node, stored) VALUES (?, ?, ?)
+	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO dispatches (work_id, node, stored) VALUES (?, ?, ?)
 		ON CONFLICT (work_id, node) DO NOTHING`)
-	if err != nil {
-		return fmt.Errorf("record dispatch %s: %w", workID, err)
-	}
-	defer func() { _ = stmt.Close() }() // the statement's work is done; the inserts' errors count
-	for _, n := range nodes {
-		if _, err := stmt.ExecContext(ctx, workID, n, ms(at)); err != nil {
-			return fmt.Errorf("record dispatch %s to %s: %w", workID, n, err)
+		if err != nil {
+			return err
 		}
-	}
-	if err := tx.Commit(); err != nil {
+		defer func() { _ = stmt.Close() }() // the statement's work is done; the inserts' errors count
+		for _, n := range nodes {
+			if _, err := stmt.ExecContext(ctx, workID, n, ms(at)); err != nil {
+				return fmt.Errorf("to %s: %w", n, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("record dispatch %s: %w", workID, err)
 	}
 	return nil

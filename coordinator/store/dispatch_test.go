@@ -10,9 +10,10 @@ import (
 	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
-func TestDispatchRecordedAndPruned(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
+func TestDispatchRecordedAndPruned(t *testing.T) { both(t, testDispatchRecordedAndPruned) }
+
+func testDispatchRecordedAndPruned(t *testing.T, be backend) {
+	dir := be.loc(t)
 	clk := newClock()
 	s := open(t, dir, func(o *Options) { o.Now = clk.Now })
 	ctx := context.Background()
@@ -61,9 +62,10 @@ func TestDispatchRecordedAndPruned(t *testing.T) {
 	}
 }
 
-func TestEventsByKind(t *testing.T) {
-	t.Parallel()
-	s := open(t, t.TempDir(), nil)
+func TestEventsByKind(t *testing.T) { both(t, testEventsByKind) }
+
+func testEventsByKind(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
 	defer s.Close()
 	ctx := context.Background()
 	for _, e := range []Event{
@@ -108,11 +110,12 @@ func TestEventsByKind(t *testing.T) {
 	}
 }
 
-func TestOnCommitObservesBatches(t *testing.T) {
-	t.Parallel()
+func TestOnCommitObservesBatches(t *testing.T) { both(t, testOnCommitObservesBatches) }
+
+func testOnCommitObservesBatches(t *testing.T, be backend) {
 	var mu sync.Mutex
 	var batches, results int
-	s := open(t, t.TempDir(), func(o *Options) {
+	s := open(t, be.loc(t), func(o *Options) {
 		o.OnCommit = func(n int, took time.Duration) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // Event kinds.
@@ -50,7 +52,7 @@ func (s *Store) AddEvent(ctx context.Context, e Event) error {
 	if e.Time.IsZero() {
 		e.Time = s.opts.Now()
 	}
-	if err := insertEvent(ctx, s.w, e); err != nil {
+	if err := s.w.Tx(ctx, func(tx *sqldb.Tx) error { return insertEvent(ctx, tx, e) }); err != nil {
 		return fmt.Errorf("add event: %w", err)
 	}
 	return nil

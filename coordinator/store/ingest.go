@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // Result is one inspection pass of one node, as an agent reported it.
@@ -205,6 +205,20 @@ func (s *Store) commit(batch []*ingestReq) {
 	start := time.Now()
 	stored := s.opts.Now()
 	err := s.commitTx(batch, stored)
+	took := time.Since(start)
+	if err != nil {
+		s.log.Error().Err(err).Int("results", len(batch)).Msg("store: batch commit failed")
+	} else {
+		// Counted before anyone is answered: a caller that saw its ack
+		// also sees the batch in Stats and OnCommit.
+		s.batches.Add(1)
+		s.committed.Add(uint64(len(batch)))
+		s.commitNS.Add(uint64(took))
+		if s.opts.OnCommit != nil {
+			s.opts.OnCommit(len(batch), took)
+		}
+		s.log.Debug().Int("results", len(batch)).Dur("took_ms", took).Msg("store: batch committed")
+	}
 	for _, req := range batch {
 		switch {
 		case err != nil:
@@ -216,18 +230,6 @@ func (s *Store) commit(batch []*ingestReq) {
 		}
 		close(req.done)
 	}
-	if err != nil {
-		s.log.Error().Err(err).Int("results", len(batch)).Msg("store: batch commit failed")
-		return
-	}
-	took := time.Since(start)
-	s.batches.Add(1)
-	s.committed.Add(uint64(len(batch)))
-	s.commitNS.Add(uint64(took))
-	if s.opts.OnCommit != nil {
-		s.opts.OnCommit(len(batch), took)
-	}
-	s.log.Debug().Int("results", len(batch)).Dur("took_ms", took).Msg("store: batch committed")
 }
 
 func finite(v float64) float64 {
@@ -295,7 +297,7 @@ func inventoryHash(inv *report.Inventory) (string, error) {
 
 // insertInventory appends a history row for inv, changed or not (the schema
 // migration seeds each node's history with it).
-func insertInventory(ctx context.Context, tx *sql.Tx, node string, inv *report.Inventory, at int64) error {
+func insertInventory(ctx context.Context, tx *sqldb.Tx, node string, inv *report.Inventory, at int64) error {
 	p, err := prepareInventory(inv)
 	if err != nil {
 		return fmt.Errorf("inventory of %s: %w", node, err)

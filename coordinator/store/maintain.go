@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // PruneStats says what a retention pass removed.
@@ -54,51 +56,65 @@ func (s *Store) prunePrefix(ctx context.Context, table string, cut int64) (int, 
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("prune %s: %w", table, err)
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("prune %s: %w", table, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	rows, err := tx.QueryContext(ctx, `SELECT rowid, stored FROM `+table+` ORDER BY rowid LIMIT ?`, pruneChunk)
-	if err != nil {
-		return 0, fmt.Errorf("prune %s: %w", table, err)
-	}
-	var last int64
+	order := s.storedOrder(table)
 	n := 0
-	for rows.Next() {
-		var rowid, stored int64
-		if err := rows.Scan(&rowid, &stored); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("prune %s: %w", table, err)
+	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+order+`, stored FROM `+table+` ORDER BY `+order+` LIMIT ?`, pruneChunk)
+		if err != nil {
+			return err
 		}
-		if stored >= cut {
-			break
+		var last int64
+		for rows.Next() {
+			var seq, stored int64
+			if err := rows.Scan(&seq, &stored); err != nil {
+				rows.Close()
+				return err
+			}
+			if stored >= cut {
+				break
+			}
+			last = seq
+			n++
 		}
-		last = rowid
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		_ = rows.Close() // the iteration error is the one to report
+		if err := rows.Err(); err != nil {
+			_ = rows.Close() // the iteration error is the one to report
+			return err
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+order+` <= ?`, last)
+		return err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("prune %s: %w", table, err)
-	}
-	if err := rows.Close(); err != nil {
-		return 0, fmt.Errorf("prune %s: %w", table, err)
-	}
-	if n == 0 {
-		return 0, nil
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE rowid <= ?`, last); err != nil {
-		return 0, fmt.Errorf("prune %s: %w", table, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("prune %s: commit: %w", table, err)
 	}
 	return n, nil
 }
 
+// storedOrder is the column that numbers a table's rows in stored order:
+// SQLite's rowid; on PostgreSQL check_results' id, the others' seq.
+func (s *Store) storedOrder(table string) string {
+	switch {
+	case s.d != sqldb.Postgres:
+		return "rowid"
+	case table == "check_results":
+		return "id"
+	}
+	return "seq"
+}
+
 // Backup writes a consistent copy of the open database to dest (a file
 // that must not exist yet) while the store keeps serving.
+// On PostgreSQL the server's own tools do that (pg_dump, docs/store.md):
+// Backup says so with ErrBackupPostgres.
 func (s *Store) Backup(ctx context.Context, dest string) error {
+	if s.d == sqldb.Postgres {
+		return ErrBackupPostgres
+	}
 	return backupFile(ctx, s.path, dest)
 }
 

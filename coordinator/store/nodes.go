@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // Node is a node as the store knows it.
@@ -91,62 +92,66 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 			s.inv.mu.Unlock()
 		}
 	}()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	var one int
-	err = tx.QueryRowContext(ctx, `SELECT 1 FROM nodes WHERE name = ?`, j.Node).Scan(&one)
-	existed := err == nil
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
-	}
-	if existed {
-		_, err = tx.ExecContext(ctx, `UPDATE nodes SET labels = ?, agent_version = ?, protocol_version = ?,
-			connected = 1, last_seen = ? WHERE name = ?`,
-			string(lj), j.AgentVersion, j.ProtocolVersion, at, j.Node)
-	} else {
-		_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, labels, state, state_reason, state_since,
-			first_seen, last_seen, agent_version, protocol_version, connected)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)`,
-			j.Node, string(lj), j.InitialState, j.InitialReason, at, at, at, j.AgentVersion, j.ProtocolVersion)
-	}
-	if err != nil {
-		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
-	}
+	var existed bool
 	var seen *invSeen
-	if j.Inventory != nil {
-		cur, ok := s.inv.m[j.Node]
-		if !ok || cur.sum != sum {
-			if !ok {
-				if cur.hist, err = lastInventoryHash(ctx, tx, j.Node); err != nil {
-					return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+	err = s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		existed, seen = false, nil
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM nodes WHERE name = ?`, j.Node).Scan(&one)
+		existed = err == nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if existed {
+			_, err = tx.ExecContext(ctx, `UPDATE nodes SET labels = ?, agent_version = ?, protocol_version = ?,
+			connected = 1, last_seen = ? WHERE name = ?`,
+				string(lj), j.AgentVersion, j.ProtocolVersion, at, j.Node)
+		} else {
+			// ON CONFLICT: another coordinator may add the node meanwhile;
+			// then this join updates it instead.
+			_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, labels, state, state_reason, state_since,
+			first_seen, last_seen, agent_version, protocol_version, connected)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+			ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, agent_version = excluded.agent_version,
+				protocol_version = excluded.protocol_version, connected = 1, last_seen = excluded.last_seen`,
+				j.Node, string(lj), j.InitialState, j.InitialReason, at, at, at, j.AgentVersion, j.ProtocolVersion)
+		}
+		if err != nil {
+			return err
+		}
+		if j.Inventory != nil {
+			cur, ok := s.inv.m[j.Node]
+			if !ok || cur.sum != sum {
+				if !ok {
+					if cur.hist, err = lastInventoryHash(ctx, tx, j.Node); err != nil {
+						return err
+					}
 				}
+				p, err := prepareInventory(j.Inventory)
+				if err != nil {
+					return err
+				}
+				hist, err := writeInventory(ctx, tx, j.Node, p, at, cur.hist)
+				if err != nil {
+					return err
+				}
+				seen = &invSeen{sum: sum, hist: hist}
 			}
-			p, err := prepareInventory(j.Inventory)
-			if err != nil {
-				return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+		}
+		if !existed && j.FirstEvent != nil {
+			ev := *j.FirstEvent
+			ev.Node, ev.Time = j.Node, j.At
+			if ev.Time.IsZero() {
+				ev.Time = s.opts.Now()
 			}
-			hist, err := writeInventory(ctx, tx, j.Node, p, at, cur.hist)
-			if err != nil {
-				return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
+			if err := insertEvent(ctx, tx, ev); err != nil {
+				return fmt.Errorf("event: %w", err)
 			}
-			seen = &invSeen{sum: sum, hist: hist}
 		}
-	}
-	if !existed && j.FirstEvent != nil {
-		ev := *j.FirstEvent
-		ev.Node, ev.Time = j.Node, j.At
-		if ev.Time.IsZero() {
-			ev.Time = s.opts.Now()
-		}
-		if err := insertEvent(ctx, tx, ev); err != nil {
-			return Node{}, false, fmt.Errorf("node %s joined: event: %w", j.Node, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return Node{}, false, fmt.Errorf("node %s joined: commit: %w", j.Node, err)
+		return nil
+	})
+	if err != nil {
+		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
 	}
 	if seen != nil {
 		if s.inv.m == nil {
@@ -188,36 +193,35 @@ type StateChange struct {
 // event saying from what, to what and why, in one transaction. It reports
 // whether the state changed. The reason is updated either way.
 func (s *Store) SetNodeState(ctx context.Context, c StateChange) (bool, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return false, fmt.Errorf("set state of %s: %w", c.Node, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	var prev string
-	if err := tx.QueryRowContext(ctx, `SELECT state FROM nodes WHERE name = ?`, c.Node).Scan(&prev); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return false, fmt.Errorf("set state of %s: %w", c.Node, ErrNotFound)
+	changed := false
+	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		var prev string
+		if err := tx.QueryRowContext(ctx, `SELECT state FROM nodes WHERE name = ?`, c.Node).Scan(&prev); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return ErrNotFound
+			}
+			return err
 		}
-		return false, fmt.Errorf("set state of %s: %w", c.Node, err)
-	}
-	at := ms(c.At)
-	changed := prev != c.State
-	q := `UPDATE nodes SET state = ?, state_reason = ?`
-	args := []any{c.State, c.Reason}
-	if changed {
-		q += `, state_since = ?`
-		args = append(args, at)
-	}
-	if c.Connected != nil {
-		q += `, connected = ?, last_seen = MAX(last_seen, ?)`
-		args = append(args, boolInt(*c.Connected), at)
-	}
-	q += ` WHERE name = ?`
-	args = append(args, c.Node)
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return false, fmt.Errorf("set state of %s: %w", c.Node, err)
-	}
-	if changed {
+		at := ms(c.At)
+		changed = prev != c.State
+		q := `UPDATE nodes SET state = ?, state_reason = ?`
+		args := []any{c.State, c.Reason}
+		if changed {
+			q += `, state_since = ?`
+			args = append(args, at)
+		}
+		if c.Connected != nil {
+			q += `, connected = ?, last_seen = ` + s.d.Greatest() + `(last_seen, ?)`
+			args = append(args, boolInt(*c.Connected), at)
+		}
+		q += ` WHERE name = ?`
+		args = append(args, c.Node)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
+		}
+		if !changed {
+			return nil
+		}
 		msg := fmt.Sprintf("%s -> %s", prev, c.State)
 		if c.Reason != "" {
 			msg += ": " + c.Reason
@@ -225,12 +229,10 @@ func (s *Store) SetNodeState(ctx context.Context, c StateChange) (bool, error) {
 		if c.Cause != "" {
 			msg = fmt.Sprintf("%s -> %s: %s", prev, c.State, c.Cause)
 		}
-		if err := insertEvent(ctx, tx, Event{Time: c.At, Node: c.Node, Kind: EventStateChange, Actor: c.Actor, Message: msg}); err != nil {
-			return false, fmt.Errorf("set state of %s: %w", c.Node, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("set state of %s: commit: %w", c.Node, err)
+		return insertEvent(ctx, tx, Event{Time: c.At, Node: c.Node, Kind: EventStateChange, Actor: c.Actor, Message: msg})
+	})
+	if err != nil {
+		return false, fmt.Errorf("set state of %s: %w", c.Node, err)
 	}
 	return changed, nil
 }
@@ -240,18 +242,21 @@ func (s *Store) TouchNodes(ctx context.Context, seen map[string]time.Time) error
 	if len(seen) == 0 {
 		return nil
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	names := make([]string, 0, len(seen))
+	for name := range seen {
+		names = append(names, name)
+	}
+	sort.Strings(names) // one lock order for concurrent writers
+	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		for _, name := range names {
+			if _, err := tx.ExecContext(ctx, `UPDATE nodes SET last_seen = `+s.d.Greatest()+`(last_seen, ?) WHERE name = ?`, ms(seen[name]), name); err != nil {
+				return fmt.Errorf("touch node %s: %w", name, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("touch nodes: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	for name, t := range seen {
-		if _, err := tx.ExecContext(ctx, `UPDATE nodes SET last_seen = MAX(last_seen, ?) WHERE name = ?`, ms(t), name); err != nil {
-			return fmt.Errorf("touch node %s: %w", name, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("touch nodes: commit: %w", err)
 	}
 	return nil
 }
@@ -259,11 +264,15 @@ func (s *Store) TouchNodes(ctx context.Context, seen map[string]time.Time) error
 // MarkAllDisconnected clears every node's connected flag: after a restart
 // no agent stream is open yet. It returns how many nodes were marked.
 func (s *Store) MarkAllDisconnected(ctx context.Context) (int, error) {
-	res, err := s.w.ExecContext(ctx, `UPDATE nodes SET connected = 0 WHERE connected != 0`)
-	if err != nil {
-		return 0, fmt.Errorf("mark nodes disconnected: %w", err)
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE nodes SET connected = 0 WHERE connected != 0`)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("mark nodes disconnected: %w", err)
 	}
@@ -366,8 +375,8 @@ func (s *Store) nodeChecks(ctx context.Context, where string, args ...any) (map[
 // KnownResultIDs returns the ids of the node's results finished since the
 // given time, newest first, at most limit.
 func (s *Store) KnownResultIDs(ctx context.Context, node string, since time.Time, limit int) ([]string, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT result_id FROM check_results
-		WHERE node = ? AND finished >= ? ORDER BY finished DESC LIMIT ?`, node, ms(since), limit)
+	rows, err := s.r.QueryContext(ctx, `SELECT result_id FROM check_results
+		WHERE node = ? AND finished >= ? GROUP BY result_id ORDER BY MAX(finished) DESC, result_id LIMIT ?`, node, ms(since), limit)
 	if err != nil {
 		return nil, fmt.Errorf("known results of %s: %w", node, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // StoredCheck is one stored check result with the result it came in.
@@ -50,9 +51,13 @@ func (s *Store) Results(ctx context.Context, q ResultQuery) ([]StoredCheck, erro
 	var err error
 	// Both walk the node's check rows newest first on the one index
 	// check_results has; a check filter skips the other checks' rows.
+	indexed := ""
+	if s.d == sqldb.SQLite {
+		indexed = "INDEXED BY check_results_node_finished"
+	}
 	rows, err = s.r.QueryContext(ctx, `SELECT c.result_id, c.node, COALESCE(r.work_id, ''), COALESCE(r.triggered_by, ''), c.finished, c.check_name,
 			c.status, c.reason, c.findings, c.metrics, c.duration_ms
-		FROM check_results c INDEXED BY check_results_node_finished
+		FROM check_results c `+indexed+`
 		LEFT JOIN results r ON r.id = c.result_id
 		WHERE c.node = ? AND (? = '' OR c.check_name = ?)
 		ORDER BY c.finished DESC, c.id DESC LIMIT ?`, q.Node, q.Check, q.Check, limit)
@@ -108,7 +113,7 @@ func (s *Store) Result(ctx context.Context, id string) (StoredResult, error) {
 	var started, finished, stored int64
 	var status string
 	var full int
-	err := s.r.QueryRowContext(ctx, `SELECT id, node, work_id, started, finished, status, full, stored, triggered_by
+	err := s.r.QueryRowContext(ctx, `SELECT id, node, work_id, started, finished, status, "full", stored, triggered_by
 		FROM results WHERE id = ?`, id).Scan(&r.ID, &r.Node, &r.WorkID, &started, &finished, &status, &full, &stored, &r.Trigger)
 	if err == sql.ErrNoRows {
 		return StoredResult{}, fmt.Errorf("result %s: %w", id, ErrNotFound)

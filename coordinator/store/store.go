@@ -1,9 +1,11 @@
-// Package store keeps the coordinator's durable state in SQLite: nodes and
+// Package store keeps the coordinator's durable state in SQLite (the
+// default) or PostgreSQL, one implementation over the two dialects of
+// internal/sqldb: nodes and
 // their inventory history, results (one row per inspection pass) and check
 // results (one row per check on one node), the latest status of every check
 // of every node, daily summaries that outlive retention, and the event log.
 //
-// The database lives in one file in a data directory, in WAL mode with
+// On SQLite the database lives in one file in a data directory, in WAL mode with
 // synchronous=NORMAL: a committed transaction survives a crash of the
 // process (the WAL is on disk), while only an OS crash or power loss can
 // take the last few commits back. Results go through one writer goroutine
@@ -14,7 +16,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -24,9 +25,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	// The SQLite driver: cgo, so the race detector does not instrument its C code.
-	"github.com/mattn/go-sqlite3"
 	"github.com/rs/zerolog"
+
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // FileName is the database file's name inside the data directory.
@@ -41,12 +42,20 @@ var (
 	ErrSchemaTooNew   = errors.New("database schema is newer than this fleetcheck")
 	ErrNotInitialized = errors.New("no fleetcheck database")
 	ErrLocked         = errors.New("data directory in use by another process")
+	ErrBackupPostgres = errors.New("the store is on PostgreSQL: back it up with pg_dump (docs/store.md)")
 )
 
 // Options configure Open. Zero values take the defaults.
 type Options struct {
-	// Dir is the data directory; it is created when missing.
+	// Dir is the data directory; it is created when missing. It holds
+	// the SQLite database unless URL names one.
 	Dir string
+	// URL, when set, is the database: postgres://... for PostgreSQL, or
+	// sqlite:PATH (internal/sqldb.Parse).
+	URL string
+	// Fence, when set, runs first in every write transaction
+	// (sqldb.Fence): a coordinator that lost its lease writes nothing.
+	Fence sqldb.Fence
 	// MaxBatch is the most results one transaction commits (default 512).
 	MaxBatch int
 	// BatchDelay is how long the writer waits for more results once one is
@@ -86,11 +95,15 @@ func (o *Options) defaults() {
 
 // Store is an open database. Its methods are safe for concurrent use.
 type Store struct {
-	opts Options
-	log  zerolog.Logger
-	path string
-	w    *sql.DB // one connection: SQLite has one writer at a time
-	r    *sql.DB // readers, which WAL lets run beside the writer
+	opts   Options
+	log    zerolog.Logger
+	d      sqldb.Dialect
+	path   string       // the SQLite file
+	target sqldb.Target // the PostgreSQL database
+	// On SQLite w has one connection (one writer at a time) and r the
+	// readers WAL lets run beside it; on PostgreSQL both are pools.
+	w *sqldb.DB
+	r *sqldb.DB
 
 	// mu guards closed and the send side of ingest against Close.
 	mu         sync.RWMutex
@@ -154,17 +167,31 @@ func readerDSN(path string) string {
 	})
 }
 
-// Open opens (creating when needed) the database in opts.Dir, brings its
-// schema up to date and starts the writer. Close it when done.
+// Open opens (creating when needed) the database, brings its schema up to
+// date and starts the writer: PostgreSQL when opts.URL says postgres://,
+// else the SQLite file (opts.URL's sqlite:PATH, or FileName in opts.Dir).
+// Close it when done.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	opts.defaults()
-	if opts.Dir == "" {
-		return nil, errors.New("open store: no data directory")
+	path := ""
+	if opts.URL != "" {
+		t, err := sqldb.Parse(opts.URL)
+		if err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		if t.Dialect == sqldb.Postgres {
+			return openPostgres(ctx, opts, t)
+		}
+		path = t.Path
+	} else {
+		if opts.Dir == "" {
+			return nil, errors.New("open store: no data directory")
+		}
+		path = filepath.Join(opts.Dir, FileName)
 	}
-	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	path := filepath.Join(opts.Dir, FileName)
 	lock, err := lockDir(path + ".lock")
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -178,29 +205,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func openStore(ctx context.Context, opts Options, path string) (*Store, error) {
-	// The writer leaves checkpoints to the checkpointer goroutine, so a
-	// commit never pays for copying the WAL into the database file.
-	w := openDB(writerDSN(path, "rwc"), "PRAGMA wal_autocheckpoint = 0")
-	w.SetMaxOpenConns(1)
-	w.SetMaxIdleConns(1)
-	w.SetConnMaxLifetime(0)
-	w.SetConnMaxIdleTime(0)
-	if err := checkJournal(ctx, w); err != nil {
-		_ = w.Close() // the open error is the one to report
-		return nil, fmt.Errorf("open store %s: %w", path, err)
-	}
-	if err := migrate(ctx, w, len(migrations()), opts.Now); err != nil {
-		_ = w.Close() // the migration error is the one to report
-		return nil, fmt.Errorf("open store %s: %w", path, err)
-	}
-	r := openDB(readerDSN(path))
-	r.SetMaxOpenConns(8)
-	r.SetMaxIdleConns(8)
-	s := &Store{
+func newStore(opts Options, d sqldb.Dialect, w, r *sqldb.DB) *Store {
+	return &Store{
 		opts:       opts,
 		log:        opts.Logger,
-		path:       path,
+		d:          d,
 		w:          w,
 		r:          r,
 		ingest:     make(chan *ingestReq, opts.QueueSize),
@@ -208,6 +217,30 @@ func openStore(ctx context.Context, opts Options, path string) (*Store, error) {
 		ckptStop:   make(chan struct{}),
 		ckptDone:   make(chan struct{}),
 	}
+}
+
+func openStore(ctx context.Context, opts Options, path string) (*Store, error) {
+	// The writer leaves checkpoints to the checkpointer goroutine, so a
+	// commit never pays for copying the WAL into the database file.
+	wdb := openDB(writerDSN(path, "rwc"), "PRAGMA wal_autocheckpoint = 0")
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	w := sqldb.Wrap(wdb, sqldb.SQLite, opts.Fence)
+	if err := checkJournal(ctx, wdb); err != nil {
+		_ = w.Close() // the open error is the one to report
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := migrate(ctx, w, len(migrations()), opts.Now); err != nil {
+		_ = w.Close() // the migration error is the one to report
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	rdb := openDB(readerDSN(path))
+	rdb.SetMaxOpenConns(8)
+	rdb.SetMaxIdleConns(8)
+	s := newStore(opts, sqldb.SQLite, w, sqldb.Wrap(rdb, sqldb.SQLite, nil))
+	s.path = path
 	ck := openDB(dsn(path, url.Values{"mode": {"rw"}, "_busy_timeout": {"10000"}}))
 	ck.SetMaxOpenConns(1)
 	go s.writer()
@@ -215,27 +248,32 @@ func openStore(ctx context.Context, opts Options, path string) (*Store, error) {
 	return s, nil
 }
 
-// connector opens go-sqlite3 connections without registering a driver
-// name globally; each new connection runs the setup statements.
-type connector struct {
-	dsn string
-	drv *sqlite3.SQLiteDriver
+// openPostgres opens the store on PostgreSQL: a pool for writes (the
+// results writer takes one connection of it; other writers run beside
+// it, the server orders them) and one for reads. There is no data
+// directory lock: several coordinators may share the database.
+func openPostgres(ctx context.Context, opts Options, t sqldb.Target) (*Store, error) {
+	w, err := sqldb.OpenTarget(ctx, t, sqldb.Options{MaxOpen: 8, Fence: opts.Fence})
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := migrate(ctx, w, len(migrations()), opts.Now); err != nil {
+		_ = w.Close() // the migration error is the one to report
+		return nil, fmt.Errorf("open store %s: %w", t, err)
+	}
+	r, err := sqldb.OpenTarget(ctx, t, sqldb.Options{MaxOpen: 16})
+	if err != nil {
+		_ = w.Close() // the open error is the one to report
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s := newStore(opts, sqldb.Postgres, w, r)
+	s.target = t
+	close(s.ckptDone) // no checkpointer: the server manages its WAL
+	go s.writer()
+	return s, nil
 }
 
-func (c connector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
-func (c connector) Driver() driver.Driver                        { return c.drv }
-
-func openDB(dsn string, setup ...string) *sql.DB {
-	drv := &sqlite3.SQLiteDriver{ConnectHook: func(conn *sqlite3.SQLiteConn) error {
-		for _, q := range setup {
-			if _, err := conn.Exec(q, nil); err != nil {
-				return fmt.Errorf("%s: %w", q, err)
-			}
-		}
-		return nil
-	}}
-	return sql.OpenDB(connector{dsn: dsn, drv: drv})
-}
+func openDB(dsn string, setup ...string) *sql.DB { return sqldb.OpenSQLiteDSN(dsn, setup...) }
 
 // WAL sizes, in frames (pages), for the checkpointer.
 const (
@@ -284,8 +322,20 @@ func checkJournal(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Path is the database file's path.
+// Path is the SQLite database file's path ("" on PostgreSQL).
 func (s *Store) Path() string { return s.path }
+
+// Where says where the database is, for logs: the SQLite file, or the
+// PostgreSQL URL without its password.
+func (s *Store) Where() string {
+	if s.d == sqldb.Postgres {
+		return s.target.String()
+	}
+	return s.path
+}
+
+// Dialect is the database's SQL flavour.
+func (s *Store) Dialect() sqldb.Dialect { return s.d }
 
 // Close stops accepting results, commits the ones already queued, and
 // closes the database.
@@ -299,10 +349,13 @@ func (s *Store) Close() error {
 	close(s.ingest)
 	s.mu.Unlock()
 	<-s.writerDone
+	if s.d == sqldb.Postgres {
+		return errors.Join(s.r.Close(), s.w.Close())
+	}
 	close(s.ckptStop)
 	<-s.ckptDone
 	// A checkpoint now keeps the next open from replaying a long WAL.
-	if _, err := s.w.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+	if _, err := s.w.SQL().Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		s.log.Warn().Err(err).Msg("store: checkpoint at close")
 	}
 	return errors.Join(s.r.Close(), s.w.Close(), s.lock.Close())

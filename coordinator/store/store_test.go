@@ -16,7 +16,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // clock is a settable test clock.
@@ -39,9 +41,37 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// backend is the database a conformance test runs on.
+type backend string
+
+// both runs a conformance test on SQLite and on PostgreSQL.
+func both(t *testing.T, f func(t *testing.T, b backend)) {
+	t.Parallel()
+	for _, b := range []backend{"sqlite", "postgres"} {
+		t.Run(string(b), func(t *testing.T) {
+			t.Parallel()
+			f(t, b)
+		})
+	}
+}
+
+// loc is a new, empty place for a store: a data directory, or the URL of
+// a fresh PostgreSQL database. open takes either.
+func (b backend) loc(t testing.TB) string {
+	if b == "postgres" {
+		return pgtest.URL(t)
+	}
+	return t.TempDir()
+}
+
 func open(t testing.TB, dir string, mod func(*Options)) *Store {
 	t.Helper()
 	o := Options{Dir: dir, Logger: zerolog.Nop()}
+	if strings.HasPrefix(dir, "postgres://") {
+		o = Options{URL: dir, Logger: zerolog.Nop()}
+	}
 	if mod != nil {
 		mod(&o)
 	}
@@ -64,10 +94,11 @@ func eccResult(id, node string, at time.Time, st report.Status) Result {
 		Checks: []report.CheckResult{c, {Name: "ib.ports", Status: report.Pass, Findings: []report.Finding{}}}}
 }
 
-func TestIngestDedupeReturnsOriginalAck(t *testing.T) {
-	t.Parallel()
+func TestIngestDedupeReturnsOriginalAck(t *testing.T) { both(t, testIngestDedupeReturnsOriginalAck) }
+
+func testIngestDedupeReturnsOriginalAck(t *testing.T, be backend) {
 	clk := newClock()
-	s := open(t, t.TempDir(), func(o *Options) { o.Now = clk.Now })
+	s := open(t, be.loc(t), func(o *Options) { o.Now = clk.Now })
 	defer s.Close()
 	ctx := context.Background()
 
@@ -113,9 +144,10 @@ func TestIngestDedupeReturnsOriginalAck(t *testing.T) {
 	}
 }
 
-func TestIngestRejectsInvalid(t *testing.T) {
-	t.Parallel()
-	s := open(t, t.TempDir(), nil)
+func TestIngestRejectsInvalid(t *testing.T) { both(t, testIngestRejectsInvalid) }
+
+func testIngestRejectsInvalid(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
 	defer s.Close()
 	for name, r := range map[string]Result{
 		"no id":        {Node: "n", Status: report.Pass},
@@ -131,11 +163,12 @@ func TestIngestRejectsInvalid(t *testing.T) {
 	}
 }
 
-func TestBatchCommit(t *testing.T) {
-	t.Parallel()
+func TestBatchCommit(t *testing.T) { both(t, testBatchCommit) }
+
+func testBatchCommit(t *testing.T, be backend) {
 	// A long linger makes the grouping certain: 200 concurrent results
 	// must share a handful of transactions.
-	s := open(t, t.TempDir(), func(o *Options) { o.MaxBatch = 64; o.BatchDelay = 50 * time.Millisecond })
+	s := open(t, be.loc(t), func(o *Options) { o.MaxBatch = 64; o.BatchDelay = 50 * time.Millisecond })
 	defer s.Close()
 	ctx := context.Background()
 	const n = 200
@@ -179,10 +212,11 @@ func TestBatchCommit(t *testing.T) {
 	}
 }
 
-func TestNewestCheckWinsAndState(t *testing.T) {
-	t.Parallel()
+func TestNewestCheckWinsAndState(t *testing.T) { both(t, testNewestCheckWinsAndState) }
+
+func testNewestCheckWinsAndState(t *testing.T, be backend) {
 	clk := newClock()
-	s := open(t, t.TempDir(), func(o *Options) { o.Now = clk.Now })
+	s := open(t, be.loc(t), func(o *Options) { o.Now = clk.Now })
 	defer s.Close()
 	ctx := context.Background()
 	n, existed, err := s.NodeJoined(ctx, Join{Node: "gpu-001", Labels: map[string]string{"sku": "h100"},
@@ -249,9 +283,10 @@ func TestNewestCheckWinsAndState(t *testing.T) {
 	}
 }
 
-func TestInventoryHistory(t *testing.T) {
-	t.Parallel()
-	s := open(t, t.TempDir(), nil)
+func TestInventoryHistory(t *testing.T) { both(t, testInventoryHistory) }
+
+func testInventoryHistory(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
 	defer s.Close()
 	ctx := context.Background()
 	inv := report.Inventory{DriverVersion: "550.54.15", GPUs: []report.GPU{{Index: 0, Serial: "S0"}},
@@ -288,10 +323,11 @@ func TestInventoryHistory(t *testing.T) {
 	}
 }
 
-func TestRetentionKeepsSummariesAndEvents(t *testing.T) {
-	t.Parallel()
+func TestRetentionKeepsSummariesAndEvents(t *testing.T) { both(t, testRetentionKeepsSummariesAndEvents) }
+
+func testRetentionKeepsSummariesAndEvents(t *testing.T, be backend) {
 	clk := newClock()
-	s := open(t, t.TempDir(), func(o *Options) { o.Now = clk.Now })
+	s := open(t, be.loc(t), func(o *Options) { o.Now = clk.Now })
 	defer s.Close()
 	ctx := context.Background()
 	old := clk.Now()
@@ -343,8 +379,9 @@ func TestMigrationFromV1(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	// Build a database the way version 1 left it.
-	db := openDB(writerDSN(filepath.Join(dir, FileName), "rwc"))
-	db.SetMaxOpenConns(1)
+	sdb := openDB(writerDSN(filepath.Join(dir, FileName), "rwc"))
+	sdb.SetMaxOpenConns(1)
+	db := sqldb.Wrap(sdb, sqldb.SQLite, nil)
 	if err := migrate(ctx, db, 1, time.Now); err != nil {
 		t.Fatal(err)
 	}
@@ -395,15 +432,20 @@ func TestMigrationFromV1(t *testing.T) {
 	}
 }
 
-func TestSchemaTooNew(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
+func TestSchemaTooNew(t *testing.T) { both(t, testSchemaTooNew) }
+
+func testSchemaTooNew(t *testing.T, be backend) {
+	dir := be.loc(t)
 	s := open(t, dir, nil)
-	if _, err := s.w.Exec(`INSERT INTO schema_version (version, name, applied_at) VALUES (99, 'future', 0)`); err != nil {
+	if _, err := s.w.ExecContext(context.Background(), `INSERT INTO schema_version (version, name, applied_at) VALUES (99, 'future', 0)`); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := Open(context.Background(), Options{Dir: dir}); !errors.Is(err, ErrSchemaTooNew) {
+	o := Options{Dir: dir}
+	if be == "postgres" {
+		o = Options{URL: dir}
+	}
+	if _, err := Open(context.Background(), o); !errors.Is(err, ErrSchemaTooNew) {
 		t.Fatalf("Open = %v, want ErrSchemaTooNew", err)
 	}
 }
@@ -466,9 +508,23 @@ func TestBackupWhileIngesting(t *testing.T) {
 	}
 }
 
-func TestClosedStore(t *testing.T) {
+func TestBackupOnPostgresNamesPgDump(t *testing.T) {
 	t.Parallel()
-	s := open(t, t.TempDir(), nil)
+	s := open(t, pgtest.URL(t), nil)
+	defer s.Close()
+	dest := filepath.Join(t.TempDir(), "x.db")
+	if err := s.Backup(context.Background(), dest); !errors.Is(err, ErrBackupPostgres) || !strings.Contains(err.Error(), "pg_dump") {
+		t.Fatalf("Backup on PostgreSQL: %v", err)
+	}
+	if _, err := os.Stat(dest); !os.IsNotExist(err) {
+		t.Fatalf("a refused backup left %s", dest)
+	}
+}
+
+func TestClosedStore(t *testing.T) { both(t, testClosedStore) }
+
+func testClosedStore(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -142,3 +142,12 @@ func (d Dialect) DDL(schema string) string {
 	plain(schema[start:])
 	return b.String()
 }
+
+// Greatest is the two-argument maximum function: SQLite's scalar MAX,
+// PostgreSQL's GREATEST.
+func (d Dialect) Greatest() string {
+	if d == Postgres {
+		return "GREATEST"
+	}
+	return "MAX"
+}

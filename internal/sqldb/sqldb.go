@@ -125,6 +125,20 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 
 // OpenTarget is Open for a parsed URL.
 func OpenTarget(ctx context.Context, t Target, opts Options) (*DB, error) {
+	db, err := Connect(t, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.db.PingContext(ctx); err != nil {
+		_ = db.Close() // the ping error is the one to report
+		return nil, fmt.Errorf("open %s: %w", t, err)
+	}
+	return db, nil
+}
+
+// Connect is OpenTarget without the check that the database answers:
+// connections are made when first used.
+func Connect(t Target, opts Options) (*DB, error) {
 	var db *sql.DB
 	switch t.Dialect {
 	case SQLite:
@@ -165,10 +179,6 @@ func OpenTarget(ctx context.Context, t Target, opts Options) (*DB, error) {
 		// A server restart or failover leaves dead connections behind;
 		// recycling bounds how long the pool keeps any.
 		db.SetConnMaxLifetime(30 * time.Minute)
-	}
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close() // the ping error is the one to report
-		return nil, fmt.Errorf("open %s: %w", t, err)
 	}
 	return &DB{db: db, dialect: t.Dialect, target: t, fence: opts.Fence}, nil
 }
