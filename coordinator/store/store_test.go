@@ -323,7 +323,9 @@ func testInventoryHistory(t *testing.T, be backend) {
 	}
 }
 
-func TestRetentionKeepsSummariesAndEvents(t *testing.T) { both(t, testRetentionKeepsSummariesAndEvents) }
+func TestRetentionKeepsSummariesAndEvents(t *testing.T) {
+	both(t, testRetentionKeepsSummariesAndEvents)
+}
 
 func testRetentionKeepsSummariesAndEvents(t *testing.T, be backend) {
 	clk := newClock()
