@@ -1,0 +1,411 @@
+package remediation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+)
+
+type rig struct {
+	e    *Engine
+	f    *fakeFleet
+	d    *drain.None
+	c    *clock
+	br   *kit.Breaker
+	held map[string]string
+	ctx  context.Context
+	hmu  sync.Mutex
+}
+
+func (r *rig) Holding(_ context.Context, node string) (string, bool) {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	why, ok := r.held[node]
+	return why, ok
+}
+
+type baseline float64
+
+func (b baseline) AllReduce(context.Context, string) (float64, bool, error) {
+	return float64(b), b > 0, nil
+}
+
+func newRig(t *testing.T, cfg Config, br kit.BreakerConfig) *rig {
+	t.Helper()
+	c := &clock{now: t0}
+	r := &rig{f: newFakeFleet(16), d: drain.NewNone(nil), c: c, held: map[string]string{}, ctx: context.Background()}
+	var err error
+	if r.br, err = kit.NewBreaker(br, c); err != nil {
+		t.Fatal(err)
+	}
+	r.e, err = New(r.ctx, cfg, Deps{DB: openDB(t), Fleet: r.f, Drain: r.d, Breaker: r.br, Clock: c, Log: zerolog.Nop(), Baselines: baseline(480), Campaigns: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *rig) trigger(t *testing.T, node, comp, step string) string {
+	t.Helper()
+	id, err := r.e.Trigger(r.ctx, Trigger{Node: node, Component: comp, Step: step, Code: "XID_48", Source: "finding", Reason: "gpu.xid: " + comp + " XID_48"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (r *rig) get(t *testing.T, id string) Remediation {
+	t.Helper()
+	x, err := r.e.Get(r.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func (r *rig) drained(t *testing.T, node string) bool {
+	t.Helper()
+	st, err := r.d.Status(r.ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Drained
+}
+
+func auto() Config { return Config{Mode: ModeAuto} }
+
+// A new install records what it would do and touches nothing; approve runs it.
+func TestShadowByDefault(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{}, kit.BreakerConfig{})
+	r.f.set("n01", func(n *fakeNode) { n.faults["GPU3"] = fault{"XID_48", StepResetGPU} })
+	id := r.trigger(t, "n01", "GPU3", StepResetGPU)
+	drive(t, r.e, r.c, time.Hour)
+	x := r.get(t, id)
+	if x.State != StateShadow || x.Mode != ModeShadow || len(x.Would) == 0 || !strings.Contains(strings.Join(x.Would, "\n"), "gpu-reset map[gpu:3]") {
+		t.Fatalf("shadow: %+v", x)
+	}
+	if r.drained(t, "n01") || len(r.f.ran()) != 0 || len(r.br.Records()) != 0 {
+		t.Fatalf("shadow mode acted: drained %v, actions %v, breaker %v", r.drained(t, "n01"), r.f.ran(), r.br.Records())
+	}
+	// A second finding on the node is a note on the open record, not a second one.
+	if again := r.trigger(t, "n01", "GPU3", StepResetGPU); again != id {
+		t.Fatalf("second trigger opened %s", again)
+	}
+	if _, err := r.e.Approve(r.ctx, id, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, r.e, r.c, time.Hour)
+	x = r.get(t, id)
+	if x.State != StateDone || r.drained(t, "n01") || !slices.Equal(r.f.ran(), []string{"n01 gpu-reset map[gpu:3]"}) {
+		t.Fatalf("approved: %s %s, actions %v", x.State, x.Reason, r.f.ran())
+	}
+	if _, err := r.e.Approve(r.ctx, id, "alice"); !errors.Is(err, ErrState) {
+		t.Fatalf("approve a done one: %v", err)
+	}
+}
+
+// drain → reset → verify → back, then a recurrence climbs to reboot and
+// then to replace, whose RMA reaches the webhook after a 503.
+func TestLadderClimbsToRMA(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []CloudEvent
+	var ctypes []string
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		b, _ := io.ReadAll(req.Body)
+		var ce CloudEvent
+		if err := json.Unmarshal(b, &ce); err != nil {
+			t.Errorf("body: %v", err)
+		}
+		got, ctypes = append(got, ce), append(ctypes, req.Header.Get("Content-Type"))
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") {
+		t.Fatalf("test server at %s", srv.URL)
+	}
+	cfg := auto()
+	cfg.RMA = RMAConfig{Webhook: srv.URL, Source: "fleetcheck/test", Backoff: time.Second}
+	r := newRig(t, cfg, kit.BreakerConfig{})
+	broken := func() { r.f.set("n02", func(n *fakeNode) { n.faults["GPU5"] = fault{"XID_48", StepResetGPU} }) }
+
+	broken()
+	first := r.trigger(t, "n02", "GPU5", StepResetGPU)
+	drive(t, r.e, r.c, time.Hour)
+	if x := r.get(t, first); x.State != StateDone || x.Step != StepResetGPU || r.drained(t, "n02") || !x.Verify.Passed || x.Verify.Baseline != 480 {
+		t.Fatalf("first: %s %s %+v", x.State, x.Reason, x.Verify)
+	}
+
+	r.c.Add(24 * time.Hour)
+	broken()
+	second := r.trigger(t, "n02", "GPU5", StepResetGPU)
+	drive(t, r.e, r.c, time.Hour)
+	if x := r.get(t, second); x.State != StateDone || x.Step != StepReboot || x.Recurs != first {
+		t.Fatalf("second: %s step %s recurs %q (%s)", x.State, x.Step, x.Recurs, x.Reason)
+	}
+
+	r.c.Add(24 * time.Hour)
+	broken()
+	third := r.trigger(t, "n02", "GPU5", StepResetGPU)
+	drive(t, r.e, r.c, time.Hour)
+	x := r.get(t, third)
+	if x.State != StateRMA || x.Step != StepReplace || !r.drained(t, "n02") || x.RMA == nil || !x.RMA.Sent || x.RMA.Attempts != 2 {
+		t.Fatalf("third: %s step %s drained %v rma %+v", x.State, x.Step, r.drained(t, "n02"), x.RMA)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || ctypes[0] != "application/cloudevents+json; charset=utf-8" {
+		t.Fatalf("webhook got %d events, %v", len(got), ctypes)
+	}
+	ce := got[0]
+	ev := ce.Data.Evidence
+	if ce.SpecVersion != "1.0" || ce.Type != EventTypeRMA || ce.Source != "fleetcheck/test" || ce.ID != x.RMA.ID || ce.Subject != "n02/GPU5" ||
+		ce.DataContentType != "application/json" || ce.Time.IsZero() {
+		t.Errorf("cloud event attributes %+v", ce)
+	}
+	if len(ev.Serials) != 1 || ev.Serials[0].Serial != "SN-n02-5" || !strings.HasSuffix(ev.Bundle, "n02.tar.gz") ||
+		len(ev.Ladder) != 3 || len(ev.Findings) == 0 {
+		t.Errorf("evidence %+v", ev)
+	}
+	// The part is swapped: approve verifies and returns the node.
+	r.f.set("n02", func(n *fakeNode) { delete(n.faults, "GPU5") })
+	if _, err := r.e.Approve(r.ctx, third, "tech"); err != nil {
+		t.Fatal(err)
+	}
+	drive(t, r.e, r.c, time.Hour)
+	if x := r.get(t, third); x.State != StateDone || r.drained(t, "n02") {
+		t.Fatalf("after the swap: %s %s", x.State, x.Reason)
+	}
+}
+
+// A reset that does not hold climbs within one remediation; a fault only
+// a replace fixes ends at the RMA.
+func TestVerifyFailureClimbs(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, auto(), kit.BreakerConfig{})
+	r.f.set("n03", func(n *fakeNode) { n.faults["GPU1"] = fault{"XID_79", ""} })
+	id := r.trigger(t, "n03", "GPU1", StepResetGPU)
+	drive(t, r.e, r.c, 2*time.Hour)
+	x := r.get(t, id)
+	if x.State != StateRMA || !r.drained(t, "n03") {
+		t.Fatalf("%s %s", x.State, x.Reason)
+	}
+	want := []string{"n03 gpu-reset map[gpu:1]", "n03 reboot map[]", "n03 collect-bundle map[]"}
+	if !slices.Equal(r.f.ran(), want) {
+		t.Fatalf("actions %v, want %v", r.f.ran(), want)
+	}
+	var climbs int
+	for _, ev := range x.Events {
+		if strings.Contains(ev.What, "did not hold") {
+			climbs++
+		}
+	}
+	if climbs != 2 {
+		t.Errorf("climbs %d in %+v", climbs, x.Events)
+	}
+}
+
+func TestAllReduceBelowBaselineFailsVerify(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, auto(), kit.BreakerConfig{})
+	r.f.set("n04", func(n *fakeNode) { n.busbw = 300 }) // 37.5% below 480
+	id := r.trigger(t, "n04", "GPU0", StepResetGPU)
+	if _, err := r.e.Step(r.ctx); err != nil { // drain
+		t.Fatal(err)
+	}
+	if _, err := r.e.Step(r.ctx); err != nil { // act
+		t.Fatal(err)
+	}
+	r.c.Add(time.Minute)
+	if _, err := r.e.Step(r.ctx); err != nil { // verify
+		t.Fatal(err)
+	}
+	x := r.get(t, id)
+	if x.Step != StepReboot || x.Verify != nil {
+		t.Fatalf("%s step %s", x.State, x.Step)
+	}
+	var why string
+	for _, ev := range x.Events {
+		if strings.Contains(ev.What, "did not hold") {
+			why = ev.What
+		}
+	}
+	if !strings.Contains(why, "300.0 GB/s is more than 30% below the node's baseline 480.0") {
+		t.Fatalf("climb reason %q", why)
+	}
+}
+
+func TestSuppressed(t *testing.T) {
+	t.Parallel()
+	cfg := auto()
+	cfg.Maintenance = []Window{{Nodes: "rack=r1", From: t0.Add(-time.Hour), Until: t0.Add(time.Hour)}}
+	r := newRig(t, cfg, kit.BreakerConfig{})
+	r.f.set("n00", func(n *fakeNode) { n.labels[DefaultOptOutLabel] = "off" })
+	r.held["n08"] = "in burn-in bi-7"
+	for _, tc := range []struct{ node, want string }{
+		{"n00", "opted out (fleetcheck.io/remediation=off)"},
+		{"n05", "maintenance window rack=r1"},
+		{"n08", "in burn-in bi-7"},
+	} {
+		id := r.trigger(t, tc.node, "GPU0", StepResetGPU)
+		x := r.get(t, id)
+		if x.State != StateSuppressed || !strings.Contains(x.Reason, tc.want) {
+			t.Errorf("%s: %s %q", tc.node, x.State, x.Reason)
+		}
+	}
+	// A campaign that takes the node between the trigger and the drain wins too.
+	id := r.trigger(t, "n12", "GPU0", StepResetGPU)
+	r.hmu.Lock()
+	r.held["n12"] = "in rollout ro-3"
+	r.hmu.Unlock()
+	drive(t, r.e, r.c, time.Hour)
+	if x := r.get(t, id); x.State != StateSuppressed {
+		t.Errorf("n12: %s", x.State)
+	}
+	if len(r.f.ran()) != 0 || len(r.br.Records()) != 0 {
+		t.Fatalf("suppressed nodes acted on: %v %v", r.f.ran(), r.br.Records())
+	}
+}
+
+// The breaker holds the second drain until its window has room.
+func TestBreakerHolds(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, auto(), kit.BreakerConfig{Window: time.Hour, MaxCount: 1})
+	a := r.trigger(t, "n01", "GPU0", StepResetGPU)
+	b := r.trigger(t, "n02", "GPU0", StepResetGPU)
+	drive(t, r.e, r.c, 30*time.Minute)
+	if x := r.get(t, a); x.State != StateDone {
+		t.Fatalf("a: %s", x.State)
+	}
+	xb := r.get(t, b)
+	if xb.State != StateHeld || !strings.Contains(xb.Reason, kit.ErrBreakerOpen.Error()) || r.drained(t, "n02") {
+		t.Fatalf("b: %s %q", xb.State, xb.Reason)
+	}
+	drive(t, r.e, r.c, 2*time.Hour)
+	if x := r.get(t, b); x.State != StateDone {
+		t.Fatalf("b after the window: %s %q", x.State, x.Reason)
+	}
+}
+
+// One job crashing on eight nodes, three times in an hour, drains nobody
+// and is recorded as job events; a real Xid 79 finding in the same
+// results still opens its remediation.
+func TestApplicationXidsDrainNobody(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, auto(), kit.BreakerConfig{})
+	for crash := range 3 {
+		for i := range 8 {
+			node := fmt.Sprintf("n%02d", i)
+			at := r.c.Now().Add(time.Duration(i) * time.Second)
+			c := report.CheckResult{Name: "gpu.xid", Status: report.Warn, Findings: []report.Finding{
+				{Severity: report.SevWarn, Component: "GPU0", Code: "XID_13", Action: report.ActionRestartApp}}}
+			if crash == 2 && i == 7 {
+				c.Findings = append(c.Findings, report.Finding{Severity: report.SevFail, Component: "GPU4", Code: "XID_79", Action: report.ActionReboot})
+			}
+			if err := r.e.Observe(r.ctx, node, []report.CheckResult{c}, at, "job-9"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.c.Add(20 * time.Minute)
+		if _, err := r.e.Step(r.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drive(t, r.e, r.c, time.Hour)
+	jobs, err := r.e.JobEvents(r.ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 3 || len(jobs[0].Nodes) != 8 || jobs[0].Job != "job-9" {
+		t.Fatalf("job events %+v", jobs)
+	}
+	all, err := r.e.List(r.ctx, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || all[0].Node != "n07" || all[0].Component != "GPU4" || all[0].Step != StepReboot {
+		t.Fatalf("remediations %+v", all)
+	}
+}
+
+func TestCancelReturnsTheNode(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, auto(), kit.BreakerConfig{})
+	id := r.trigger(t, "n06", "GPU0", StepReseat)
+	drive(t, r.e, r.c, time.Hour)
+	if x := r.get(t, id); x.State != StateAwaiting || !r.drained(t, "n06") {
+		t.Fatalf("reseat: %s", x.State)
+	}
+	x, err := r.e.Cancel(r.ctx, id, "bob", "not now")
+	if err != nil || x.State != StateCancelled || r.drained(t, "n06") {
+		t.Fatalf("cancel: %v %+v", err, x)
+	}
+	if _, err := r.e.Cancel(r.ctx, id, "bob", "again"); !errors.Is(err, ErrState) {
+		t.Fatalf("cancel twice: %v", err)
+	}
+	if _, err := r.e.Get(r.ctx, "rem-nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get unknown: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c := (Config{}).WithDefaults(); c.Mode != ModeShadow || c.Actions[StepResetGPU] != "gpu-reset" {
+		t.Fatalf("defaults %+v", c)
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{RecurWindow: time.Minute}, "remediation.recur_window"},
+		{Config{Tolerance: 2}, "remediation.tolerance"},
+		{Config{RMA: RMAConfig{Retries: 1000}}, "remediation.rma.retries"},
+		{Config{Settle: -time.Second}, "remediation.settle"},
+	} {
+		if err := tc.cfg.Validate(); !errors.Is(err, config.ErrOutOfRange) || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want+" ") {
+			t.Errorf("%s: %v", tc.want, err)
+		}
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Mode: "yolo"}, "remediation.mode"},
+		{Config{Actions: map[string]string{StepReplace: "x"}}, "remediation.actions"},
+		{Config{Actions: map[string]string{StepReboot: "reboot; rm -rf /"}}, "remediation.actions.reboot"},
+		{Config{RMA: RMAConfig{Webhook: "ftp://x"}}, "remediation.rma.webhook"},
+		{Config{Maintenance: []Window{{Nodes: "rack=r1", From: t0, Until: t0}}}, "remediation.maintenance[0]"},
+	} {
+		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v", tc.want, err)
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package remediation
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
+)
+
+// SchemaVersion is the version of the remediation_ tables.
+const SchemaVersion = 1
+
+// Portable SQL: TEXT times (campaigndb.Time), JSON in TEXT, no
+// engine-specific upserts.
+const schema = `
+CREATE TABLE IF NOT EXISTS remediation_schema_version (
+	version    INTEGER NOT NULL PRIMARY KEY,
+	applied_at TEXT    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS remediation_items (
+	id         TEXT    NOT NULL PRIMARY KEY,
+	seq        INTEGER NOT NULL,
+	node       TEXT    NOT NULL,
+	component  TEXT    NOT NULL,
+	state      TEXT    NOT NULL,
+	data       TEXT    NOT NULL, -- JSON Remediation
+	created_at TEXT    NOT NULL,
+	due_at     TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS remediation_items_state ON remediation_items(state, due_at);
+CREATE INDEX IF NOT EXISTS remediation_items_node ON remediation_items(node, component);
+CREATE TABLE IF NOT EXISTS remediation_events (
+	id             INTEGER PRIMARY KEY,
+	remediation_id TEXT NOT NULL,
+	node           TEXT NOT NULL,
+	at             TEXT NOT NULL,
+	what           TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS remediation_events_item ON remediation_events(remediation_id, id);
+CREATE TABLE IF NOT EXISTS remediation_jobs (
+	id   INTEGER PRIMARY KEY,
+	at   TEXT NOT NULL,
+	data TEXT NOT NULL -- JSON JobEvent
+);
+`
+
+// Event is one line of a remediation's history.
+type Event = campaigndb.Event
+
+var events = campaigndb.EventLog{Table: "remediation_events", Key: "remediation_id", Noun: "remediation"}
+
+func migrate(ctx context.Context, db *sql.DB, now time.Time) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	if _, err := tx.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("create remediation tables: %w", err)
+	}
+	var v sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM remediation_schema_version`).Scan(&v); err != nil {
+		return fmt.Errorf("read remediation schema version: %w", err)
+	}
+	switch {
+	case !v.Valid:
+		if _, err := tx.ExecContext(ctx, `INSERT INTO remediation_schema_version (version, applied_at) VALUES (?, ?)`, SchemaVersion, campaigndb.Time(now)); err != nil {
+			return fmt.Errorf("record remediation schema version: %w", err)
+		}
+	case v.Int64 > SchemaVersion:
+		return fmt.Errorf("%w: version %d, this fleetcheck knows %d", ErrSchemaTooNew, v.Int64, SchemaVersion)
+	}
+	return tx.Commit()
+}
+
+func insertItem(ctx context.Context, q campaigndb.Querier, r *Remediation, seq int) error {
+	if _, err := q.ExecContext(ctx, `INSERT INTO remediation_items (id, seq, node, component, state, data, created_at, due_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, seq, r.Node, r.Component, string(r.State), campaigndb.JSON(r), campaigndb.Time(r.CreatedAt), campaigndb.Time(r.DueAt)); err != nil {
+		return fmt.Errorf("record remediation %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func saveItem(ctx context.Context, q campaigndb.Querier, r *Remediation) error {
+	ev := r.Events
+	r.Events = nil // kept in their own table
+	defer func() { r.Events = ev }()
+	if _, err := q.ExecContext(ctx, `UPDATE remediation_items SET state = ?, data = ?, due_at = ? WHERE id = ?`,
+		string(r.State), campaigndb.JSON(r), campaigndb.Time(r.DueAt), r.ID); err != nil {
+		return fmt.Errorf("save remediation %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// loadItems reads remediations (where filters them), newest first.
+func loadItems(ctx context.Context, q campaigndb.Querier, where string, args ...any) ([]Remediation, error) {
+	rows, err := q.QueryContext(ctx, `SELECT data FROM remediation_items `+where+` ORDER BY seq DESC`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list remediations: %w", err)
+	}
+	defer rows.Close()
+	var out []Remediation
+	for rows.Next() {
+		var data string
+		if err := rows.Scan(&data); err != nil {
+			return nil, fmt.Errorf("list remediations: %w", err)
+		}
+		var r Remediation
+		if err := json.Unmarshal([]byte(data), &r); err != nil {
+			return nil, fmt.Errorf("list remediations: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list remediations: %w", err)
+	}
+	return out, nil
+}
+
+func maxSeq(ctx context.Context, q campaigndb.Querier) (int, error) {
+	var v sql.NullInt64
+	if err := q.QueryRowContext(ctx, `SELECT MAX(seq) FROM remediation_items`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("remediation seq: %w", err)
+	}
+	return int(v.Int64), nil
+}
+
+func insertJob(ctx context.Context, q campaigndb.Querier, j JobEvent) error {
+	if _, err := q.ExecContext(ctx, `INSERT INTO remediation_jobs (at, data) VALUES (?, ?)`, campaigndb.Time(j.At), campaigndb.JSON(j)); err != nil {
+		return fmt.Errorf("record job event: %w", err)
+	}
+	return nil
+}
+
+func loadJobs(ctx context.Context, q campaigndb.Querier, limit int) ([]JobEvent, error) {
+	rows, err := q.QueryContext(ctx, `SELECT data FROM remediation_jobs ORDER BY id DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("job events: %w", err)
+	}
+	defer rows.Close()
+	var out []JobEvent
+	for rows.Next() {
+		var data string
+		if err := rows.Scan(&data); err != nil {
+			return nil, fmt.Errorf("job events: %w", err)
+		}
+		var j JobEvent
+		if err := json.Unmarshal([]byte(data), &j); err != nil {
+			return nil, fmt.Errorf("job events: %w", err)
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
