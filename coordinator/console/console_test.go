@@ -300,13 +300,19 @@ func TestWhoMaySee(t *testing.T) {
 	}{
 		{"admin certificate", e.client(pki.KindAdmin, "alice"), nil, 200, "admin:alice"},
 		{"node certificate", e.client(pki.KindNode, "gpu-00001"), nil, 403, "may not act as an operator"},
+		{"node certificate, sign-in page", e.client(pki.KindNode, "gpu-00001"), []string{"X-Path", "/login"}, 403, ""},
+		{"node certificate, assets", e.client(pki.KindNode, "gpu-00001"), []string{"X-Path", "/static/console.js"}, 403, ""},
 		{"node certificate with a token", e.client(pki.KindNode, "gpu-00001"), []string{"Authorization", "Bearer " + aliceToken}, 403, ""},
 		{"nothing", e.client("", ""), nil, 401, "Sign in"},
 		{"nothing, polling", e.client("", ""), []string{liveHeader, "1"}, 401, "no credentials"},
 		{"bearer token", e.client("", ""), []string{"Authorization", "Bearer " + aliceToken}, 200, "token:alice"},
 		{"wrong token", e.client("", ""), []string{"Authorization", "Bearer " + strings.Repeat("x", 30)}, 401, ""},
 	} {
-		code, body, _ := get(t, tc.client, base+"/fleet", tc.hdr...)
+		path := "/fleet"
+		if len(tc.hdr) == 2 && tc.hdr[0] == "X-Path" {
+			path, tc.hdr = tc.hdr[1], nil
+		}
+		code, body, _ := get(t, tc.client, base+path, tc.hdr...)
 		if code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d, want %d with %q\n%.300s", tc.name, code, tc.code, tc.want, body)
 		}

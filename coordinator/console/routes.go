@@ -21,7 +21,7 @@ import (
 const liveHeader = "X-Console-Live"
 
 func (s *Server) routes() {
-	m := http.NewServeMux()
+	m := http.NewServeMux()                 // behind refuseNonOperators
 	static, _ := fs.Sub(staticFS, "static") // the embedded folder exists
 	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	m.HandleFunc("GET /login", s.loginPage)
@@ -35,7 +35,24 @@ func (s *Server) routes() {
 	m.Handle("GET /campaigns/burnin/{id}/report.html", s.auth(s.burninReport))
 	m.Handle("POST /campaigns/{kind}/{id}/{action}", s.auth(s.control))
 	m.Handle("GET /events", s.auth(s.events))
-	s.mux = m
+	s.mux = http.NewServeMux()
+	s.mux.Handle("/", s.refuseNonOperators(m))
+}
+
+// refuseNonOperators answers 403 to a client certificate that is not an
+// operator's, on every path (sign-in page and assets too): a node gets
+// nothing from the console.
+func (s *Server) refuseNonOperators(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			if _, code, err := s.identify(r); err != nil {
+				secureHeaders(w)
+				http.Error(w, http.StatusText(code)+": "+err.Error(), code)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // auth runs h for an operator; anyone else gets 401 (a sign-in page) or 403.
