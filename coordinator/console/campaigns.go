@@ -120,6 +120,11 @@ func (s *Server) campaign(w http.ResponseWriter, r *http.Request, id who) error 
 	default:
 		return &httpError{code: http.StatusNotFound, err: fmt.Errorf("campaign kind %q: want sweep, rollout, burnin or drill", v.Kind)}
 	}
+	// A finished campaign takes no more actions.
+	if v.Rollout != nil && v.Rollout.Finished != nil || v.Burnin != nil && !v.Burnin.FinishedAt.IsZero() ||
+		v.Drill != nil && !v.Drill.FinishedAt.IsZero() {
+		v.Actions = nil
+	}
 	s.render(w, r, "campaign", v.Kind+" "+v.ID, &v, id)
 	return nil
 }
