@@ -82,6 +82,7 @@ type campaigns struct {
 	policy  *drainPolicy     // nil when the drain policy is off
 	conds   *conditionWriter // nil unless the drain adapter writes node conditions
 	sweep   *sweep.Engine
+	sweeps  *sweep.SQLiteStore // the sweep engine's store, listed for /metrics
 	rollout *rollout.Engine
 	burnin  *burnin.Engine
 	drill   *drill.Engine
@@ -141,6 +142,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	if err != nil {
 		return nil, fmt.Errorf("sweep store: %w", err)
 	}
+	c.sweeps = sst
 	if c.sweep, err = sweep.New(sweep.Config{Fleet: c.fleet, Store: sst, Baselines: sweep.FinderSource{Finder: c.bl},
 		Clock: clock, Drainer: adapter, Breaker: c.breaker, Logger: c.log}); err != nil {
 		return nil, fmt.Errorf("sweep: %w", err)

@@ -553,8 +553,11 @@ func (s *Server) setState(ctx context.Context, e *nodeEntry, state, reason, caus
 
 // Stats is a snapshot of the coordinator's counters, for /metrics.
 type Stats struct {
-	ConnectedAgents  int
-	NodesByState     map[string]int
+	Version         string // the coordinator's build version (Options.Version)
+	ConnectedAgents int
+	NodesByState    map[string]int
+	// Nodes is every known node with its state, by name.
+	Nodes            []NodeState
 	ResultsAcked     uint64 // stored for the first time
 	ResultsDuplicate uint64 // answered with the original ack
 	ResultsRefused   uint64 // never to be stored
@@ -573,16 +576,21 @@ type Stats struct {
 	TLSHandshakeFailures map[string]uint64
 }
 
+// NodeState is one node's state in Stats.
+type NodeState struct{ Node, State string }
+
 // Stats returns the current counters.
 func (s *Server) Stats() Stats {
-	st := Stats{NodesByState: make(map[string]int)}
-	for _, e := range s.reg.all() {
+	entries := s.reg.all()
+	st := Stats{Version: s.opts.Version, NodesByState: make(map[string]int), Nodes: make([]NodeState, 0, len(entries))}
+	for _, e := range entries {
 		e.mu.Lock()
 		if e.sess != nil {
 			st.ConnectedAgents++
 		}
 		if e.state != "" {
 			st.NodesByState[e.state]++
+			st.Nodes = append(st.Nodes, NodeState{Node: e.name, State: e.state})
 		}
 		e.mu.Unlock()
 	}

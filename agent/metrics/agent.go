@@ -79,8 +79,12 @@ type checkSnap struct {
 	findings []report.Finding
 }
 
-// NewAgent builds the agent's exporter and registers it on reg.
+// NewAgent builds the agent's exporter and registers it on reg. Every
+// series it exports carries node (info.Node), so series stay apart however
+// they are scraped, relabelled or federated; collectors the caller
+// registers on reg itself (go_*, process_*) do not.
 func NewAgent(reg prometheus.Registerer, info AgentInfo) (*Agent, error) {
+	reg = prometheus.WrapRegistererWith(prometheus.Labels{"node": info.Node}, reg)
 	a := &Agent{
 		info:   info,
 		now:    time.Now,
@@ -236,9 +240,10 @@ func (a *Agent) Work(outcome string) { a.work.WithLabelValues(outcome).Inc() }
 // as they stand (ECC errors, retired pages, Xids in the lookback window)
 // are gauges.
 var (
+	// node comes from the label every series carries (NewAgent).
 	descInfo = prometheus.NewDesc("fleetcheck_agent_info",
 		"Always 1: the node this agent speaks for, its version and the GPU driver it saw last.",
-		[]string{"node", "version", "driver_version"}, nil)
+		[]string{"version", "driver_version"}, nil)
 	descCheckStatus = prometheus.NewDesc("fleetcheck_check_status",
 		"Newest status of each check: -1 skip, 0 pass, 1 warn, 2 fail, 3 error.",
 		[]string{"check"}, nil)
@@ -305,7 +310,7 @@ var (
 		"#wrong results of the newest all_reduce_perf run, summed over sizes.", nil, nil)
 
 	reportDescs = []*prometheus.Desc{
-		descInfo, descCheckStatus, descCheckLastRun, descFindings, descGPUs, descECC, descRemapped,
+		descInfo, promserve.BuildInfoDesc, descCheckStatus, descCheckLastRun, descFindings, descGPUs, descECC, descRemapped,
 		descRemapPending, descRemapFailure, descRetired, descTemp, descMemTemp, descPower, descPCIeWidth,
 		descPCIeGen, descPCIeReplays, descNVLinks, descNVLinkErrors, descXid, descIBPortUp, descIBPorts,
 		descIBPortsActive, descIBRate, descIBErrors, descIBData, descBusBW, descBusBWBaseline,
@@ -340,7 +345,8 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	if inv != nil {
 		driver = inv.DriverVersion
 	}
-	out.Add(descInfo, prometheus.GaugeValue, 1, a.info.Node, a.info.Version, driver)
+	out.Add(descInfo, prometheus.GaugeValue, 1, a.info.Version, driver)
+	promserve.AddBuildInfo(out, a.info.Version)
 	for i, name := range names {
 		s := snaps[i]
 		out.Add(descCheckStatus, prometheus.GaugeValue, statusValue[s.status], name)

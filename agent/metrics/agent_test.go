@@ -77,6 +77,24 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ma
 	return 0, false
 }
 
+func labelOf(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// on adds the node label every agent series carries to labels.
+func on(node string, labels map[string]string) map[string]string {
+	out := map[string]string{"node": node}
+	for k, v := range labels {
+		out[k] = v
+	}
+	return out
+}
+
 func mustValue(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string, want float64) {
 	t.Helper()
 	got, ok := value(t, fams, name, labels)
@@ -137,9 +155,9 @@ func TestAgentExposition(t *testing.T) {
 
 	// Before any pass: the agent's own series, at zero, and its info.
 	fams := scrape(t, promserve.Handler(reg))
-	mustValue(t, fams, "fleetcheck_agent_info", map[string]string{"node": "gpu-017", "version": "1.2.3", "driver_version": ""}, 1)
-	mustValue(t, fams, "fleetcheck_agent_work_requests_total", map[string]string{"outcome": "refused"}, 0)
-	mustValue(t, fams, "fleetcheck_agent_last_report_timestamp_seconds", nil, 0)
+	mustValue(t, fams, "fleetcheck_agent_info", on("gpu-017", map[string]string{"version": "1.2.3", "driver_version": ""}), 1)
+	mustValue(t, fams, "fleetcheck_agent_work_requests_total", on("gpu-017", map[string]string{"outcome": "refused"}), 0)
+	mustValue(t, fams, "fleetcheck_agent_last_report_timestamp_seconds", on("gpu-017", nil), 0)
 	if _, ok := fams["fleetcheck_check_status"]; ok {
 		t.Error("check status before any pass")
 	}
@@ -157,41 +175,41 @@ func TestAgentExposition(t *testing.T) {
 	a.Work("refused")
 
 	fams = scrape(t, promserve.Handler(reg))
-	mustValue(t, fams, "fleetcheck_agent_info", map[string]string{"node": "gpu-017", "version": "1.2.3", "driver_version": "535.161.08"}, 1)
+	mustValue(t, fams, "fleetcheck_agent_info", on("gpu-017", map[string]string{"version": "1.2.3", "driver_version": "535.161.08"}), 1)
 	// Statuses: -1 skip, 0 pass, 1 warn, 2 fail, 3 error.
-	mustValue(t, fams, "fleetcheck_check_status", map[string]string{"check": "gpu.ecc"}, 2)
-	mustValue(t, fams, "fleetcheck_check_status", map[string]string{"check": "gpu.thermal"}, 0)
-	mustValue(t, fams, "fleetcheck_check_status", map[string]string{"check": "dcgm.diag"}, -1)
-	mustValue(t, fams, "fleetcheck_check_last_run_timestamp_seconds", map[string]string{"check": "gpu.ecc"}, 1_700_000_000)
-	mustValue(t, fams, "fleetcheck_check_findings", map[string]string{"check": "gpu.xid", "code": "XID_79", "finding_severity": "fail", "component": "node"}, 1)
-	mustValue(t, fams, "fleetcheck_check_findings", map[string]string{"check": "gpu.xid", "code": "XID_63", "finding_severity": "warn", "component": "GPU3"}, 1)
-	mustValue(t, fams, "fleetcheck_check_findings", map[string]string{"check": "gpu.ecc", "code": "ROW_REMAP_PENDING", "finding_severity": "warn", "component": "GPU3"}, 1)
-	mustValue(t, fams, "fleetcheck_gpu_ecc_errors", map[string]string{"gpu": "3", "scope": "volatile", "type": "uncorrectable"}, 2)
-	mustValue(t, fams, "fleetcheck_gpu_ecc_errors", map[string]string{"gpu": "0", "scope": "aggregate", "type": "correctable"}, 0)
-	mustValue(t, fams, "fleetcheck_gpu_row_remap_pending", map[string]string{"gpu": "3"}, 1)
-	mustValue(t, fams, "fleetcheck_gpu_remapped_rows", map[string]string{"gpu": "3", "cause": "uncorrectable"}, 2)
-	mustValue(t, fams, "fleetcheck_gpu_xid_events", map[string]string{"xid": "79"}, 1)
-	mustValue(t, fams, "fleetcheck_gpu_temperature_celsius", map[string]string{"gpu": "0"}, 29)
-	mustValue(t, fams, "fleetcheck_ib_port_rate_bytes_per_second", map[string]string{"hca": "mlx5_0", "port": "1"}, 50e9)
-	mustValue(t, fams, "fleetcheck_ib_port_up", map[string]string{"hca": "mlx5_0", "port": "1", "link_layer": "InfiniBand"}, 1)
-	mustValue(t, fams, "fleetcheck_ib_port_errors_total", map[string]string{"hca": "mlx5_0", "port": "1", "counter": "symbol_error"}, 0)
-	mustValue(t, fams, "fleetcheck_nccl_busbw_bytes_per_second", nil, 479.02e9)
-	mustValue(t, fams, "fleetcheck_nccl_wrong_results", nil, 0)
-	mustValue(t, fams, "fleetcheck_check_duration_seconds", map[string]string{"check": "gpu.ecc"}, 1)
-	mustValue(t, fams, "fleetcheck_agent_pass_duration_seconds", map[string]string{"kind": "scheduled"}, 1)
-	mustValue(t, fams, "fleetcheck_agent_passes_total", map[string]string{"kind": "scheduled", "status": "fail"}, 1)
-	mustValue(t, fams, "fleetcheck_agent_spool_results", nil, 2)
-	mustValue(t, fams, "fleetcheck_agent_spool_bytes", nil, 2048)
-	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", map[string]string{"reason": "limit"}, 1)
-	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", map[string]string{"reason": "no_space"}, 2)
-	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", map[string]string{"reason": "write_error"}, 0)
-	mustValue(t, fams, "fleetcheck_agent_connected", nil, 1)
-	mustValue(t, fams, "fleetcheck_agent_results_acked_total", map[string]string{"duplicate": "false"}, 1)
-	mustValue(t, fams, "fleetcheck_agent_results_acked_total", map[string]string{"duplicate": "true"}, 1)
-	mustValue(t, fams, "fleetcheck_agent_results_refused_total", nil, 1)
-	mustValue(t, fams, "fleetcheck_agent_work_requests_total", map[string]string{"outcome": "refused"}, 1)
-	mustValue(t, fams, "fleetcheck_agent_last_report_timestamp_seconds", nil, 1_700_000_000)
-	mustValue(t, fams, "fleetcheck_agent_last_ack_timestamp_seconds", nil, 1_700_000_000)
+	mustValue(t, fams, "fleetcheck_check_status", on("gpu-017", map[string]string{"check": "gpu.ecc"}), 2)
+	mustValue(t, fams, "fleetcheck_check_status", on("gpu-017", map[string]string{"check": "gpu.thermal"}), 0)
+	mustValue(t, fams, "fleetcheck_check_status", on("gpu-017", map[string]string{"check": "dcgm.diag"}), -1)
+	mustValue(t, fams, "fleetcheck_check_last_run_timestamp_seconds", on("gpu-017", map[string]string{"check": "gpu.ecc"}), 1_700_000_000)
+	mustValue(t, fams, "fleetcheck_check_findings", on("gpu-017", map[string]string{"check": "gpu.xid", "code": "XID_79", "finding_severity": "fail", "component": "node"}), 1)
+	mustValue(t, fams, "fleetcheck_check_findings", on("gpu-017", map[string]string{"check": "gpu.xid", "code": "XID_63", "finding_severity": "warn", "component": "GPU3"}), 1)
+	mustValue(t, fams, "fleetcheck_check_findings", on("gpu-017", map[string]string{"check": "gpu.ecc", "code": "ROW_REMAP_PENDING", "finding_severity": "warn", "component": "GPU3"}), 1)
+	mustValue(t, fams, "fleetcheck_gpu_ecc_errors", on("gpu-017", map[string]string{"gpu": "3", "scope": "volatile", "type": "uncorrectable"}), 2)
+	mustValue(t, fams, "fleetcheck_gpu_ecc_errors", on("gpu-017", map[string]string{"gpu": "0", "scope": "aggregate", "type": "correctable"}), 0)
+	mustValue(t, fams, "fleetcheck_gpu_row_remap_pending", on("gpu-017", map[string]string{"gpu": "3"}), 1)
+	mustValue(t, fams, "fleetcheck_gpu_remapped_rows", on("gpu-017", map[string]string{"gpu": "3", "cause": "uncorrectable"}), 2)
+	mustValue(t, fams, "fleetcheck_gpu_xid_events", on("gpu-017", map[string]string{"xid": "79"}), 1)
+	mustValue(t, fams, "fleetcheck_gpu_temperature_celsius", on("gpu-017", map[string]string{"gpu": "0"}), 29)
+	mustValue(t, fams, "fleetcheck_ib_port_rate_bytes_per_second", on("gpu-017", map[string]string{"hca": "mlx5_0", "port": "1"}), 50e9)
+	mustValue(t, fams, "fleetcheck_ib_port_up", on("gpu-017", map[string]string{"hca": "mlx5_0", "port": "1", "link_layer": "InfiniBand"}), 1)
+	mustValue(t, fams, "fleetcheck_ib_port_errors_total", on("gpu-017", map[string]string{"hca": "mlx5_0", "port": "1", "counter": "symbol_error"}), 0)
+	mustValue(t, fams, "fleetcheck_nccl_busbw_bytes_per_second", on("gpu-017", nil), 479.02e9)
+	mustValue(t, fams, "fleetcheck_nccl_wrong_results", on("gpu-017", nil), 0)
+	mustValue(t, fams, "fleetcheck_check_duration_seconds", on("gpu-017", map[string]string{"check": "gpu.ecc"}), 1)
+	mustValue(t, fams, "fleetcheck_agent_pass_duration_seconds", on("gpu-017", map[string]string{"kind": "scheduled"}), 1)
+	mustValue(t, fams, "fleetcheck_agent_passes_total", on("gpu-017", map[string]string{"kind": "scheduled", "status": "fail"}), 1)
+	mustValue(t, fams, "fleetcheck_agent_spool_results", on("gpu-017", nil), 2)
+	mustValue(t, fams, "fleetcheck_agent_spool_bytes", on("gpu-017", nil), 2048)
+	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", on("gpu-017", map[string]string{"reason": "limit"}), 1)
+	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", on("gpu-017", map[string]string{"reason": "no_space"}), 2)
+	mustValue(t, fams, "fleetcheck_agent_spool_dropped_total", on("gpu-017", map[string]string{"reason": "write_error"}), 0)
+	mustValue(t, fams, "fleetcheck_agent_connected", on("gpu-017", nil), 1)
+	mustValue(t, fams, "fleetcheck_agent_results_acked_total", on("gpu-017", map[string]string{"duplicate": "false"}), 1)
+	mustValue(t, fams, "fleetcheck_agent_results_acked_total", on("gpu-017", map[string]string{"duplicate": "true"}), 1)
+	mustValue(t, fams, "fleetcheck_agent_results_refused_total", on("gpu-017", nil), 1)
+	mustValue(t, fams, "fleetcheck_agent_work_requests_total", on("gpu-017", map[string]string{"outcome": "refused"}), 1)
+	mustValue(t, fams, "fleetcheck_agent_last_report_timestamp_seconds", on("gpu-017", nil), 1_700_000_000)
+	mustValue(t, fams, "fleetcheck_agent_last_ack_timestamp_seconds", on("gpu-017", nil), 1_700_000_000)
 	// Counters read from the node are counters; judged counts are gauges.
 	mustType(t, fams, "fleetcheck_ib_port_errors_total", dto.MetricType_COUNTER)
 	mustType(t, fams, "fleetcheck_ib_port_data_bytes_total", dto.MetricType_COUNTER)
@@ -202,6 +220,19 @@ func TestAgentExposition(t *testing.T) {
 		if !strings.HasPrefix(name, "fleetcheck_") {
 			t.Errorf("%s: every name starts with fleetcheck_", name)
 		}
+	}
+	// Every series names its node, whatever the scrape's instance says.
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			if got := labelOf(m, "node"); got != "gpu-017" {
+				t.Errorf("%s %v: node %q, want gpu-017", name, m.GetLabel(), got)
+			}
+		}
+	}
+	if f := fams["fleetcheck_build_info"]; f == nil || len(f.GetMetric()) != 1 ||
+		labelOf(f.GetMetric()[0], "version") != "1.2.3" || !strings.HasPrefix(labelOf(f.GetMetric()[0], "goversion"), "go") ||
+		labelOf(f.GetMetric()[0], "revision") == "" {
+		t.Errorf("fleetcheck_build_info: %v", f.GetMetric())
 	}
 	// The check's own bookkeeping is not a port counter.
 	for _, m := range fams["fleetcheck_ib_port_errors_total"].GetMetric() {
@@ -227,18 +258,18 @@ func TestAgentExposition(t *testing.T) {
 	at = at.Add(time.Minute)
 	a.PassDone("w-1", down, time.Minute)
 	fams = scrape(t, promserve.Handler(reg))
-	mustValue(t, fams, "fleetcheck_nccl_busbw_bytes_per_second", nil, 280e9)
-	mustValue(t, fams, "fleetcheck_nccl_busbw_baseline_bytes_per_second", nil, 400e9)
-	mustValue(t, fams, "fleetcheck_nccl_busbw_deviation_ratio", nil, 0.3)
-	mustValue(t, fams, "fleetcheck_check_status", map[string]string{"check": "nccl.allreduce"}, 2)
-	mustValue(t, fams, "fleetcheck_check_status", map[string]string{"check": "gpu.ecc"}, 2)
-	mustValue(t, fams, "fleetcheck_check_last_run_timestamp_seconds", map[string]string{"check": "nccl.allreduce"}, 1_700_000_060)
-	mustValue(t, fams, "fleetcheck_check_last_run_timestamp_seconds", map[string]string{"check": "gpu.ecc"}, 1_700_000_000)
-	mustValue(t, fams, "fleetcheck_ib_port_up", map[string]string{"hca": "mlx5_0", "port": "1", "link_layer": "InfiniBand"}, 0)
+	mustValue(t, fams, "fleetcheck_nccl_busbw_bytes_per_second", on("gpu-017", nil), 280e9)
+	mustValue(t, fams, "fleetcheck_nccl_busbw_baseline_bytes_per_second", on("gpu-017", nil), 400e9)
+	mustValue(t, fams, "fleetcheck_nccl_busbw_deviation_ratio", on("gpu-017", nil), 0.3)
+	mustValue(t, fams, "fleetcheck_check_status", on("gpu-017", map[string]string{"check": "nccl.allreduce"}), 2)
+	mustValue(t, fams, "fleetcheck_check_status", on("gpu-017", map[string]string{"check": "gpu.ecc"}), 2)
+	mustValue(t, fams, "fleetcheck_check_last_run_timestamp_seconds", on("gpu-017", map[string]string{"check": "nccl.allreduce"}), 1_700_000_060)
+	mustValue(t, fams, "fleetcheck_check_last_run_timestamp_seconds", on("gpu-017", map[string]string{"check": "gpu.ecc"}), 1_700_000_000)
+	mustValue(t, fams, "fleetcheck_ib_port_up", on("gpu-017", map[string]string{"hca": "mlx5_0", "port": "1", "link_layer": "InfiniBand"}), 0)
 	// Two checks report the same port counter: one series, the first check's.
-	mustValue(t, fams, "fleetcheck_ib_port_errors_total", map[string]string{"hca": "mlx5_0", "port": "1", "counter": "port_rcv_errors"}, 14)
-	mustValue(t, fams, "fleetcheck_gpu_nvlink_errors_total", map[string]string{"gpu": "1", "counter": "crc"}, 0)
-	mustValue(t, fams, "fleetcheck_agent_passes_total", map[string]string{"kind": "requested", "status": "fail"}, 1)
+	mustValue(t, fams, "fleetcheck_ib_port_errors_total", on("gpu-017", map[string]string{"hca": "mlx5_0", "port": "1", "counter": "port_rcv_errors"}), 14)
+	mustValue(t, fams, "fleetcheck_gpu_nvlink_errors_total", on("gpu-017", map[string]string{"gpu": "1", "counter": "crc"}), 0)
+	mustValue(t, fams, "fleetcheck_agent_passes_total", on("gpu-017", map[string]string{"kind": "requested", "status": "fail"}), 1)
 	lint(t, reg)
 }
 
@@ -248,8 +279,10 @@ func TestAgentRegistersOnce(t *testing.T) {
 	if _, err := NewAgent(reg, AgentInfo{Node: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	// A second exporter on the same registry is a wiring mistake, said as an error.
-	if _, err := NewAgent(reg, AgentInfo{Node: "b"}); err == nil {
+	// A second exporter for the node on the same registry is a wiring
+	// mistake, said as an error. (One for another node is not: its series
+	// carry its own node label.)
+	if _, err := NewAgent(reg, AgentInfo{Node: "a"}); err == nil {
 		t.Fatal("second agent exporter registered on one registry")
 	}
 }
@@ -305,9 +338,9 @@ func TestAgentGossipMembers(t *testing.T) {
 	}
 	a.GossipMembers(5, 1, 2)
 	fams := scrape(t, promserve.Handler(reg))
-	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "alive"}, 5)
-	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "dead"}, 1)
-	mustValue(t, fams, "fleetcheck_agent_gossip_members", map[string]string{"state": "left"}, 2)
+	mustValue(t, fams, "fleetcheck_agent_gossip_members", on("gpu-001", map[string]string{"state": "alive"}), 5)
+	mustValue(t, fams, "fleetcheck_agent_gossip_members", on("gpu-001", map[string]string{"state": "dead"}), 1)
+	mustValue(t, fams, "fleetcheck_agent_gossip_members", on("gpu-001", map[string]string{"state": "left"}), 2)
 }
 
 // TestAgentNothingMeasuredExportsZeroGPUs: a node with nothing to read (no
@@ -332,6 +365,6 @@ func TestAgentNothingMeasuredExportsZeroGPUs(t *testing.T) {
 	}
 	a.PassDone("", &res.Report, time.Second)
 	fams := scrape(t, promserve.Handler(reg))
-	mustValue(t, fams, "fleetcheck_gpus", nil, 0)
-	mustValue(t, fams, "fleetcheck_check_status", map[string]string{"check": "gpu.inventory"}, -1)
+	mustValue(t, fams, "fleetcheck_gpus", on("empty", nil), 0)
+	mustValue(t, fams, "fleetcheck_check_status", on("empty", map[string]string{"check": "gpu.inventory"}), -1)
 }

@@ -189,6 +189,7 @@ func newCoordinator(cfg coordinator.Config, log zerolog.Logger) (*coordinator.Se
 		return nil, nil, err
 	}
 	cm.Watch(srv.Stats)
+	cm.WatchCampaigns(srv.CampaignStats)
 	srv.HTTPMux().Handle("/metrics", promserve.Handler(reg))
 	return srv, certs, nil
 }

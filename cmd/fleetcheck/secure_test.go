@@ -403,8 +403,9 @@ tls:
 	}
 	defer ms.Shutdown(context.Background()) //nolint:errcheck // test teardown
 	body = httpGet(t, "http://"+ms.Addr().String()+"/metrics")
-	for _, want := range []string{`fleetcheck_check_status{check="gpu.ecc"} 0`, "fleetcheck_agent_connected 1",
-		`fleetcheck_agent_work_requests_total{outcome="accepted"} 1`, `fleetcheck_agent_passes_total{kind="requested",status="pass"} 1`} {
+	// Every agent series names its node (labels sorted by name).
+	for _, want := range []string{`fleetcheck_check_status{check="gpu.ecc",node="gpu-001"} 0`, `fleetcheck_agent_connected{node="gpu-001"} 1`,
+		`fleetcheck_agent_work_requests_total{node="gpu-001",outcome="accepted"} 1`, `fleetcheck_agent_passes_total{kind="requested",node="gpu-001",status="pass"} 1`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("agent /metrics lacks %q", want)
 		}

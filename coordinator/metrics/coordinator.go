@@ -10,6 +10,8 @@
 package metrics
 
 import (
+	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,9 +27,21 @@ import (
 // coordinator.Stats at scrape time, so a scrape costs one pass over the
 // node table and nothing on the ingest path.
 type Coordinator struct {
-	commit prometheus.Histogram
-	batch  prometheus.Histogram
-	stats  atomic.Pointer[func() coordinator.Stats]
+	commit    prometheus.Histogram
+	batch     prometheus.Histogram
+	stats     atomic.Pointer[func() coordinator.Stats]
+	campaigns atomic.Pointer[func(context.Context) ([]coordinator.KindStats, error)]
+
+	// The campaign engines' status is read from the database: kept for
+	// campaignTTL so that two Prometheus servers scraping (an HA pair) do
+	// not read it twice, and each read is cut short after campaignTimeout.
+	campaignTTL     time.Duration
+	campaignTimeout time.Duration
+	now             func() time.Time
+	campMu          sync.Mutex
+	campAt          time.Time
+	campLast        []coordinator.KindStats
+	campErrors      uint64
 }
 
 var _ coordinator.Metrics = (*Coordinator)(nil)
@@ -63,8 +77,36 @@ var (
 		"TLS handshakes on the gRPC port that failed, by reason (plaintext, no_certificate, unknown_ca, expired, ...).",
 		[]string{"reason"}, nil)
 
+	// One series per node, its state's: a node that changes state moves
+	// to another series (the old one goes stale), one that is no longer
+	// known has none.
+	descNodeState = prometheus.NewDesc("fleetcheck_node_state",
+		"Always 1: each known node, labelled with its state (as fleetcheck_nodes counts them).",
+		[]string{"node", "state"}, nil)
+
+	descCampaigns = prometheus.NewDesc("fleetcheck_campaigns",
+		"Stored campaigns by kind (sweep, rollout, burnin, drill) and state (a rollout's phase); every state present; absent when campaigns are off.",
+		[]string{"kind", "state"}, nil)
+	descCampaignNodes = prometheus.NewDesc("fleetcheck_campaign_nodes",
+		"Nodes of each unfinished rollout, burn-in and drill by progress (pending, active, done, failed, skipped).",
+		[]string{"kind", "campaign", "progress"}, nil)
+	descCampaignTests = prometheus.NewDesc("fleetcheck_campaign_tests",
+		"Tests of each unfinished sweep and runs of each unfinished burn-in, by progress (done, pending).",
+		[]string{"kind", "campaign", "progress"}, nil)
+	descCampaignRound = prometheus.NewDesc("fleetcheck_campaign_round",
+		"Round of each unfinished sweep (1-3) and wave of each unfinished rollout (1 is the first).",
+		[]string{"kind", "campaign"}, nil)
+	descCampaignHalted = prometheus.NewDesc("fleetcheck_campaign_halted",
+		"1 while an unfinished campaign stands until an operator acts (a rollout halted at a gate, or paused), else 0.",
+		[]string{"kind", "campaign"}, nil)
+	descCampaignErrors = prometheus.NewDesc("fleetcheck_campaign_read_errors_total",
+		"Reads of the campaign engines' status for /metrics that failed (the kind's series are left out of that scrape).",
+		nil, nil)
+
 	coordinatorDescs = []*prometheus.Desc{descNodes, descConnected, descIngested, descDuplicates,
-		descRefusedResults, descWorks, descWorkNodes, descWorkRatio, descGossip, descRefusalsSuppressed, descTLSFailures}
+		descRefusedResults, descWorks, descWorkNodes, descWorkRatio, descGossip, descRefusalsSuppressed, descTLSFailures,
+		descNodeState, promserve.BuildInfoDesc, descCampaigns, descCampaignNodes, descCampaignTests, descCampaignRound,
+		descCampaignHalted, descCampaignErrors}
 )
 
 // NewCoordinator builds the coordinator's exporter and registers it on
@@ -72,6 +114,7 @@ var (
 // Stats with Watch.
 func NewCoordinator(reg prometheus.Registerer) (*Coordinator, error) {
 	c := &Coordinator{
+		campaignTTL: 5 * time.Second, campaignTimeout: 10 * time.Second, now: time.Now,
 		commit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fleetcheck_store_commit_duration_seconds",
 			Help: "Time one store transaction of results took to commit (a result is acknowledged only after).",
@@ -96,6 +139,33 @@ func NewCoordinator(reg prometheus.Registerer) (*Coordinator, error) {
 // Watch makes scrapes read stats (the server's Stats method).
 func (c *Coordinator) Watch(stats func() coordinator.Stats) { c.stats.Store(&stats) }
 
+// WatchCampaigns makes scrapes read the campaigns' progress with read
+// (the server's CampaignStats method).
+func (c *Coordinator) WatchCampaigns(read func(context.Context) ([]coordinator.KindStats, error)) {
+	c.campaigns.Store(&read)
+}
+
+// campaignStats returns the campaigns' progress, read at most once per
+// campaignTTL, and the count of failed reads.
+func (c *Coordinator) campaignStats() ([]coordinator.KindStats, uint64, bool) {
+	f := c.campaigns.Load()
+	if f == nil {
+		return nil, 0, false
+	}
+	c.campMu.Lock()
+	defer c.campMu.Unlock()
+	if now := c.now(); c.campAt.IsZero() || now.Sub(c.campAt) >= c.campaignTTL {
+		ctx, cancel := context.WithTimeout(context.Background(), c.campaignTimeout)
+		ks, err := (*f)(ctx)
+		cancel()
+		if err != nil {
+			c.campErrors++
+		}
+		c.campAt, c.campLast = now, ks
+	}
+	return c.campLast, c.campErrors, true
+}
+
 // StoreCommit observes one committed batch.
 func (c *Coordinator) StoreCommit(results int, took time.Duration) {
 	c.commit.Observe(took.Seconds())
@@ -111,12 +181,20 @@ func (c *Coordinator) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads Stats once and sends what it says.
 func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
+	out := promserve.NewSeries()
+	defer out.Emit(ch)
+	if ks, errs, ok := c.campaignStats(); ok {
+		addCampaigns(out, ks, errs)
+	}
 	f := c.stats.Load()
 	if f == nil {
 		return
 	}
 	st := (*f)()
-	out := promserve.NewSeries()
+	promserve.AddBuildInfo(out, st.Version)
+	for _, n := range st.Nodes {
+		out.Add(descNodeState, prometheus.GaugeValue, 1, n.Node, n.State)
+	}
 	// Every state appears, at 0 when empty, so ratios and alerts on a
 	// state never see a missing series.
 	for _, state := range coordinator.States() {
@@ -152,5 +230,30 @@ func (c *Coordinator) Collect(ch chan<- prometheus.Metric) {
 			out.Add(descGossip, prometheus.GaugeValue, float64(st.GossipMembers[state]), state)
 		}
 	}
-	out.Emit(ch)
+}
+
+func addCampaigns(out *promserve.Series, ks []coordinator.KindStats, errs uint64) {
+	out.Add(descCampaignErrors, prometheus.CounterValue, float64(errs))
+	for _, k := range ks {
+		for state, n := range k.States {
+			out.Add(descCampaigns, prometheus.GaugeValue, float64(n), k.Kind, state)
+		}
+		for _, r := range k.Running {
+			for p, n := range r.Nodes {
+				out.Add(descCampaignNodes, prometheus.GaugeValue, float64(n), k.Kind, r.ID, p)
+			}
+			if r.Tests > 0 {
+				out.Add(descCampaignTests, prometheus.GaugeValue, float64(r.TestsDone), k.Kind, r.ID, "done")
+				out.Add(descCampaignTests, prometheus.GaugeValue, float64(r.Tests-r.TestsDone), k.Kind, r.ID, "pending")
+			}
+			if r.Round > 0 {
+				out.Add(descCampaignRound, prometheus.GaugeValue, float64(r.Round), k.Kind, r.ID)
+			}
+			halted := 0.0
+			if r.Halted {
+				halted = 1
+			}
+			out.Add(descCampaignHalted, prometheus.GaugeValue, halted, k.Kind, r.ID)
+		}
+	}
 }

@@ -131,6 +131,32 @@ func TestCoordinatorExposition(t *testing.T) {
 	if n, _ := value(t, fams, "fleetcheck_store_commit_batch_results", nil); n < 1 {
 		t.Errorf("batch sizes observed %v times", n)
 	}
+	// One series per node: its state's.
+	mustValue(t, fams, "fleetcheck_node_state", map[string]string{"node": "gpu-001", "state": "failed"}, 1)
+	if n := len(fams["fleetcheck_node_state"].GetMetric()); n != 1 {
+		t.Errorf("%d node state series for one node", n)
+	}
+	if bi := fams["fleetcheck_build_info"].GetMetric(); len(bi) != 1 || labelOf(bi[0], "version") != "dev" ||
+		labelOf(bi[0], "revision") == "" || labelOf(bi[0], "goversion") == "" {
+		t.Errorf("fleetcheck_build_info: %v", bi)
+	}
+	// The node passes again: its series moves to healthy, the failed one
+	// is gone.
+	healthy := &pb.Result{Id: "r-3", Node: "gpu-001", Status: "pass", Full: true, FinishedUnixMs: now + 1000,
+		Checks: []*pb.CheckResult{{Name: "gpu.ecc", Status: "pass"}}}
+	send(&pb.AgentMessage{Msg: &pb.AgentMessage_Result{Result: healthy}})
+	if recv().GetAck() == nil {
+		t.Fatal("no ack")
+	}
+	testwait.For(t, 5*time.Second, "gpu-001 healthy on /metrics", func() (bool, string) {
+		fams = scrape(t, promserve.Handler(reg))
+		v, _ := value(t, fams, "fleetcheck_node_state", map[string]string{"node": "gpu-001", "state": "healthy"})
+		return v == 1, fmt.Sprintf("fleetcheck_node_state %v", fams["fleetcheck_node_state"].GetMetric())
+	})
+	if n := len(fams["fleetcheck_node_state"].GetMetric()); n != 1 {
+		t.Errorf("stale state series: %v", fams["fleetcheck_node_state"].GetMetric())
+	}
+	mustValue(t, fams, "fleetcheck_nodes", map[string]string{"state": "failed"}, 0)
 	mustType(t, fams, "fleetcheck_results_ingested_total", dto.MetricType_COUNTER)
 	mustType(t, fams, "fleetcheck_store_commit_duration_seconds", dto.MetricType_HISTOGRAM)
 	lint(t, reg)

@@ -99,3 +99,12 @@ func lint(t *testing.T, g prometheus.Gatherer) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+func labelOf(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

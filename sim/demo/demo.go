@@ -178,6 +178,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, fmt.Errorf("demo: coordinator: %w", err)
 	}
 	cm.Watch(srv.Stats)
+	cm.WatchCampaigns(srv.CampaignStats)
 	srv.HTTPMux().Handle("/metrics", promserve.Handler(reg))
 	if err := srv.Start(ctx); err != nil {
 		return nil, fmt.Errorf("demo: start coordinator: %w", err)
