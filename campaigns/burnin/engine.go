@@ -2,9 +2,7 @@ package burnin
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -149,15 +147,6 @@ func (e *Engine) DrainRecords(ctx context.Context) ([]kit.DrainRecord, error) {
 // it before a node is returned to service.
 func tag(id string) string { return drain.Reason("burnin " + id) }
 
-// newID makes a campaign id an operator can read.
-func newID(now time.Time) string {
-	var b [3]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "b-" + now.UTC().Format("20060102T150405.000000")
-	}
-	return "b-" + now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
-}
-
 // ErrBusy: a selected node is already under a running burn-in.
 var ErrBusy = errors.New("node already in a running burn-in campaign")
 
@@ -202,7 +191,7 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 	}
 
 	now := e.clock.Now()
-	id := newID(now)
+	id := kit.NewID("b", now)
 	seq := e.seq.Add(1)
 	name := spec.Name
 	if name == "" {
@@ -313,7 +302,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.log.Error().Err(err).Msg("burn-in step")
 		}
 		if !progressed {
-			if err := sleepOn(ctx, e.clock, e.poll); err != nil {
+			if err := kit.Sleep(ctx, e.clock, e.poll); err != nil {
 				return ctx.Err()
 			}
 		}
@@ -449,7 +438,7 @@ func (e *Engine) pool(n, size int, work func(i int)) {
 	var wg sync.WaitGroup
 	wg.Add(size)
 	for range size {
-		goJoined(e.clock, func() {
+		kit.Go(e.clock, func() {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
@@ -987,11 +976,11 @@ func (e *Engine) action(ctx context.Context, node string, st Step, opts kit.RunO
 	var samples []Sample
 	var wg sync.WaitGroup
 	wg.Add(1)
-	goJoined(e.clock, func() {
+	kit.Go(e.clock, func() {
 		defer wg.Done()
 		every := time.Duration(st.SampleEvery)
 		for {
-			if err := sleepOn(sctx, e.clock, every); err != nil {
+			if err := kit.Sleep(sctx, e.clock, every); err != nil {
 				return
 			}
 			rep, err := e.fleet.RunChecks(sctx, node, st.SampleChecks, kit.RunOptions{Timeout: every})

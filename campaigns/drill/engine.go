@@ -2,9 +2,7 @@ package drill
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -277,14 +275,6 @@ func (e *Engine) busyNodes(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-func newID(now time.Time) string {
-	var b [3]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "d-" + now.UTC().Format("20060102T150405.000000")
-	}
-	return "d-" + now.UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
-}
-
 // Start runs the preflight and writes the drill. A refused drill is
 // recorded too (state refused, with the reason) and its id returned with
 // the error, so refusals show in the drill history.
@@ -307,7 +297,7 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 		return "", refusal
 	}
 	now := e.clock.Now()
-	id := newID(now)
+	id := kit.NewID("d", now)
 	name := spec.Name
 	if name == "" {
 		name = spec.Fault
@@ -396,7 +386,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			wait = min(max(next.Sub(e.clock.Now()), 0), e.idle)
 		}
 		if wait > 0 {
-			if err := sleepOn(ctx, e.clock, wait); err != nil {
+			if err := kit.Sleep(ctx, e.clock, wait); err != nil {
 				return ctx.Err()
 			}
 		}
@@ -477,7 +467,7 @@ func (e *Engine) advance(ctx context.Context, d *Drill) error {
 	var wg sync.WaitGroup
 	wg.Add(len(due))
 	for _, i := range due {
-		goJoined(e.clock, func() {
+		kit.Go(e.clock, func() {
 			defer wg.Done()
 			if err := e.advanceTarget(ctx, d, &d.Targets[i]); err != nil && ctx.Err() == nil {
 				mu.Lock()

@@ -90,23 +90,6 @@ var (
 	ErrTimeout     = errors.New("timed out")
 )
 
-// Clock is time as a campaign sees it: the wall clock in production, a
-// virtual clock in the simulator so simulated hours take milliseconds.
-type Clock interface {
-	Now() time.Time
-	// After fires once d has passed on this clock.
-	After(d time.Duration) <-chan time.Time
-}
-
-// WallClock is the real clock.
-type WallClock struct{}
-
-// Now is time.Now.
-func (WallClock) Now() time.Time { return time.Now() }
-
-// After is time.After.
-func (WallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Observation is one check result an agent reported on its own schedule,
 // with when it ran.
 type Observation struct {

@@ -76,16 +76,6 @@ func WithPollInterval(d time.Duration) Option {
 	}
 }
 
-// actorClock is a virtual clock that moves only when every goroutine
-// taking part is blocked on it (simfleet.Clock). The engine counts its
-// loop and its operations as taking part, so simulated time never runs
-// ahead of a result the engine has not looked at yet.
-type actorClock interface {
-	Join()
-	Leave()
-	Sleep(ctx context.Context, d time.Duration) error
-}
-
 // Engine drives rollouts. Its methods are safe for concurrent use: the
 // coordinator calls the operator methods from its API handlers while Run
 // steps the rollouts.
@@ -95,7 +85,11 @@ type Engine struct {
 	drainer drain.Adapter
 	breaker *kit.Breaker
 	clock   kit.Clock
-	ac      actorClock // nil unless the clock is virtual
+	// virtual: the clock moves only when every goroutine taking part is
+	// blocked on it (kit.Virtual). The engine counts its loop and its
+	// operations as taking part, so simulated time never runs ahead of a
+	// result the engine has not looked at yet.
+	virtual bool
 	log     zerolog.Logger
 	finder  baselines.Finder
 	poll    time.Duration
@@ -140,9 +134,7 @@ func NewEngine(db *sql.DB, fleet kit.Fleet, adapter drain.Adapter, breaker *kit.
 		log: log, poll: DefaultPollInterval, byID: map[string]*run{},
 		kick: make(chan struct{}, 1),
 	}
-	if ac, ok := clock.(actorClock); ok {
-		e.ac = ac
-	}
+	e.virtual = kit.Virtual(clock)
 	for _, o := range opts {
 		o(e)
 	}
@@ -185,14 +177,14 @@ func (e *Engine) reload(ctx context.Context) error {
 
 // join and leave count a goroutine in or out of a virtual clock.
 func (e *Engine) join() {
-	if e.ac != nil {
-		e.ac.Join()
+	if e.virtual {
+		kit.Join(e.clock)
 	}
 }
 
 func (e *Engine) leave() {
-	if e.ac != nil {
-		e.ac.Leave()
+	if e.virtual {
+		kit.Leave(e.clock)
 	}
 }
 
@@ -237,7 +229,7 @@ func (e *Engine) Start(ctx context.Context, spec *Spec, matrix *compat.Matrix) (
 	}
 	now := e.clock.Now()
 	r := &run{
-		ID: e.newID(spec.Name, now), Spec: spec, Plan: p, Phase: PhaseRunning,
+		ID: newID(spec.Name, now), Spec: spec, Plan: p, Phase: PhaseRunning,
 		Created: now, Updated: now, byName: map[string]*nodeRec{},
 	}
 	seq := 0
@@ -274,16 +266,11 @@ func (e *Engine) Start(ctx context.Context, spec *Spec, matrix *compat.Matrix) (
 }
 
 // newID derives a readable, unique id from the name and the start time.
-func (e *Engine) newID(name string, now time.Time) string {
+func newID(name string, now time.Time) string {
 	if name == "" {
 		name = "rollout"
 	}
-	base := name + "-" + now.UTC().Format("20060102-150405")
-	id := base
-	for i := 2; e.byID[id] != nil; i++ {
-		id = fmt.Sprintf("%s-%d", base, i)
-	}
-	return id
+	return kit.NewID(name, now)
 }
 
 // Run steps the rollouts until ctx ends: at once when an operation
@@ -302,14 +289,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		wait := e.nextWake()
 		var timer <-chan time.Time
 		stop := func() {}
-		if e.ac != nil {
+		if e.virtual {
 			// A sleeping helper stands for the loop on the virtual clock:
 			// time moves to the next due node unless a result comes first.
 			hctx, cancel := context.WithCancel(ctx)
 			stop = cancel
 			e.join()
 			go func() {
-				if err := e.ac.Sleep(hctx, wait); err != nil {
+				if err := kit.Sleep(hctx, e.clock, wait); err != nil {
 					e.leave()
 					return
 				}

@@ -2,8 +2,6 @@ package sweep
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -65,8 +63,7 @@ type Config struct {
 	// OnProgress, when set, is called after every finished test and new
 	// wave (from the engine's goroutines, one call at a time).
 	OnProgress func(Progress)
-	// NewID names new sweeps (default: sweep-YYYYMMDDTHHMMSSZ-RANDOM from
-	// the clock).
+	// NewID names new sweeps (default: kit.NewID("sweep", now)).
 	NewID func(now time.Time) string
 }
 
@@ -85,12 +82,6 @@ type Engine struct {
 	waits kit.ConnectWaits
 }
 
-// actorClock is a virtual clock that must know which goroutines take part.
-type actorClock interface {
-	Join()
-	Leave()
-}
-
 // New checks the wiring.
 func New(cfg Config) (*Engine, error) {
 	switch {
@@ -106,15 +97,9 @@ func New(cfg Config) (*Engine, error) {
 		clock = kit.WallClock{}
 	}
 	if cfg.NewID == nil {
-		cfg.NewID = defaultID
+		cfg.NewID = func(now time.Time) string { return kit.NewID("sweep", now) }
 	}
 	return &Engine{cfg: cfg, clock: clock, log: cfg.Logger, running: map[string]*Progress{}}, nil
-}
-
-func defaultID(now time.Time) string {
-	var b [3]byte
-	_, _ = rand.Read(b[:]) // crypto/rand does not fail on supported platforms
-	return "sweep-" + now.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
 }
 
 // Start selects the nodes and stores a new sweep; Run runs it.
@@ -207,10 +192,8 @@ func (e *Engine) Resume(ctx context.Context) ([]*Report, error) {
 // finished tests are kept, tests that were started but not finished run
 // again. When ctx ends Run returns its error and the sweep stays running.
 func (e *Engine) Run(ctx context.Context, id string) (*Report, error) {
-	if ac, ok := e.clock.(actorClock); ok {
-		ac.Join()
-		defer ac.Leave()
-	}
+	kit.Join(e.clock)
+	defer kit.Leave(e.clock)
 	e.mu.Lock()
 	if _, ok := e.running[id]; ok {
 		e.mu.Unlock()
@@ -343,7 +326,7 @@ func (e *Engine) awaitUnreachable(ctx context.Context, rec *Record, prog *Progre
 		prog.ID, prog.State, prog.Nodes = rec.ID, StateRunning, len(rec.Nodes)
 		prog.Waiting = fmt.Sprintf("waiting up to %v after the start for %d agents to reconnect: %s", grace, len(rec.Unreachable), strings.Join(rec.Unreachable, ", "))
 		e.mu.Unlock()
-		if err := e.sleep(ctx, min(reconnectPoll, deadline.Sub(now))); err != nil {
+		if err := kit.Sleep(ctx, e.clock, min(reconnectPoll, deadline.Sub(now))); err != nil {
 			return err
 		}
 	}
@@ -354,22 +337,6 @@ func orUnknown(s string) string {
 		return "with activity unknown"
 	}
 	return "busy"
-}
-
-// sleep waits d on the engine's clock: on a virtual clock with Sleep the
-// caller counts as blocked, so simulated time moves on.
-func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
-	if s, ok := e.clock.(interface {
-		Sleep(ctx context.Context, d time.Duration) error
-	}); ok {
-		return s.Sleep(ctx, d)
-	}
-	select {
-	case <-e.clock.After(d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (e *Engine) fail(ctx context.Context, rec *Record, cause error) error {
@@ -387,7 +354,6 @@ func (e *Engine) runWave(ctx context.Context, rec *Record, tests []TestRecord, i
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ac, virtual := e.clock.(actorClock)
 	var (
 		mu   sync.Mutex
 		next int
@@ -404,15 +370,9 @@ func (e *Engine) runWave(ctx context.Context, rec *Record, tests []TestRecord, i
 		return idx[next-1], true
 	}
 	for range workers {
-		if virtual {
-			ac.Join() // before the goroutine starts: time waits for it
-		}
 		wg.Add(1)
-		go func() {
+		kit.Go(e.clock, func() { // joined before it starts: time waits for it
 			defer wg.Done()
-			if virtual {
-				defer ac.Leave()
-			}
 			for {
 				i, ok := take()
 				if !ok {
@@ -426,15 +386,11 @@ func (e *Engine) runWave(ctx context.Context, rec *Record, tests []TestRecord, i
 					return
 				}
 			}
-		}()
+		})
 	}
-	if virtual {
-		ac.Leave() // this goroutine waits below, not on the clock
-	}
+	kit.Leave(e.clock) // this goroutine waits below, not on the clock
 	wg.Wait()
-	if virtual {
-		ac.Join()
-	}
+	kit.Join(e.clock)
 	// The first failure cancels the others; report it, not their
 	// cancellations.
 	for _, err := range errs {
@@ -535,7 +491,7 @@ func (e *Engine) awaitTurn(ctx context.Context, rec *Record, t *TestRecord, prog
 			return away, nil
 		}
 		e.setWaiting(prog, t, fmt.Sprintf("test %d (%s): %s", t.Seq, strings.Join(away, ", "), kit.WaitingNote(since, grace)))
-		if err := e.sleep(ctx, min(reconnectPoll, since.Add(grace).Sub(now))); err != nil {
+		if err := kit.Sleep(ctx, e.clock, min(reconnectPoll, since.Add(grace).Sub(now))); err != nil {
 			return nil, err
 		}
 	}
