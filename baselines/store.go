@@ -3,12 +3,13 @@ package baselines
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // SchemaVersion is the version of the tables this package owns.
@@ -59,12 +60,14 @@ const keyWhere = `metric = ? AND scope = ? AND driver = ? AND nccl = ? AND rdma_
 const latestOnly = `version = (SELECT MAX(b2.version) FROM baselines b2 WHERE b2.metric = b.metric
 	AND b2.scope = b.scope AND b2.driver = b.driver AND b2.nccl = b.nccl AND b2.rdma_stack = b.rdma_stack)`
 
-// Store keeps baselines in SQLite tables of their own, in a database
+// Store keeps baselines in tables of their own (SQLite or PostgreSQL), in a database
 // someone else opened (the coordinator's). Safe for concurrent use.
 type Store struct {
-	db  *sql.DB // writes, and reads without a reader
-	rd  *sql.DB // reads
+	db  *sqldb.DB // writes, and reads without a reader
+	rd  *sqldb.DB // reads
 	now func() time.Time
+	// reader is WithReader's pool, given the writer's dialect at NewStore.
+	reader *sql.DB
 }
 
 // Option configures NewStore.
@@ -75,7 +78,10 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 
 // WithReader sends reads to r, for owners that keep a read-only pool
 // beside a single writer connection.
-func WithReader(r *sql.DB) Option { return func(s *Store) { s.rd = r } }
+func WithReader(r *sql.DB) Option { return func(s *Store) { s.reader = r } }
+
+// WithSQLReader is WithReader for a sqldb pool.
+func WithSQLReader(r *sqldb.DB) Option { return func(s *Store) { s.rd = r } }
 
 // NewStore creates the baselines tables in db when missing and records
 // their schema version in baselines_schema_version. db must allow writes;
@@ -85,13 +91,24 @@ func NewStore(db *sql.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("baselines store: nil database")
 	}
+	return NewSQLStore(sqldb.Wrap(db, sqldb.SQLite, nil), opts...)
+}
+
+// NewSQLStore is NewStore on either database sqldb opens.
+func NewSQLStore(db *sqldb.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("baselines store: nil database")
+	}
 	s := &Store{db: db, rd: db, now: time.Now}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.reader != nil {
+		s.rd = sqldb.Wrap(s.reader, db.Dialect(), nil)
+	}
 	ctx := context.Background()
 	err := s.writeTx(ctx, func(q querier) error {
-		if _, err := q.ExecContext(ctx, schemaV1); err != nil {
+		if _, err := q.ExecContext(ctx, db.Dialect().DDL(schemaV1)); err != nil {
 			return fmt.Errorf("create tables: %w", err)
 		}
 		var v sql.NullInt64
@@ -123,42 +140,24 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// writeTx runs fn in a transaction that holds SQLite's write lock from its
-// first statement (BEGIN IMMEDIATE), whatever the DSN says: a deferred
-// transaction that reads and then writes fails with SQLITE_BUSY when
-// another connection wrote in between, and busy_timeout cannot help it.
-func (s *Store) writeTx(ctx context.Context, fn func(q querier) error) (err error) {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("database connection: %w", err)
-	}
-	defer func() { _ = conn.Close() }() // back to the pool; the transaction's error is what counts
-	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	done := false
-	defer func() {
-		if done {
-			return
+// writeTx runs fn in a write transaction (sqldb.Tx) that holds the
+// baselines' write lock from its first statement: SQLite's BEGIN
+// IMMEDIATE, a transaction-scoped advisory lock on PostgreSQL. A key's
+// next version is read and then written, which two writers at once would
+// otherwise both take.
+func (s *Store) writeTx(ctx context.Context, fn func(q querier) error) error {
+	return s.db.Tx(ctx, func(tx *sqldb.Tx) error {
+		if tx.Dialect() == sqldb.Postgres {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(?)`, int64(writeLock)); err != nil {
+				return fmt.Errorf("lock baselines: %w", err)
+			}
 		}
-		// A cancelled ctx must not leave the connection inside a
-		// transaction: roll back without it.
-		if _, rbErr := conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`); rbErr != nil {
-			err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
-			// The connection may still be inside the transaction: make the
-			// pool drop it rather than hand it to the next caller.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
-	if err := fn(conn); err != nil {
-		return err
-	}
-	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	done = true
-	return nil
+		return fn(tx)
+	})
 }
+
+// writeLock is the baselines' PostgreSQL advisory lock key.
+const writeLock = 0x62736c6e // "bsln"
 
 // Set stores b as the key's next version and returns that version (the
 // store numbers versions; b.Version is ignored). Value 0 takes the

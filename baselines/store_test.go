@@ -12,6 +12,9 @@ import (
 	"time"
 
 	_ "github.com/mattn/go-sqlite3"
+
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 func openDB(t testing.TB) *sql.DB {
@@ -42,6 +45,38 @@ func newStore(t testing.TB) *Store {
 	t.Helper()
 	c := &clock{t: time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)}
 	s, err := NewStore(openDB(t), WithClock(c.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// both runs a test on SQLite and on PostgreSQL.
+func both(t *testing.T, f func(t *testing.T, be string)) {
+	t.Parallel()
+	for _, be := range []string{"sqlite", "postgres"} {
+		t.Run(be, func(t *testing.T) {
+			t.Parallel()
+			f(t, be)
+		})
+	}
+}
+
+// newStoreOn is newStore on the named database.
+func newStoreOn(t testing.TB, be string) *Store {
+	t.Helper()
+	if be != "postgres" {
+		return newStore(t)
+	}
+	db, err := sqldb.Open(t.Context(), pgtest.URL(t), sqldb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	c := &clock{t: time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)}
+	s, err := NewSQLStore(db, WithClock(c.now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +118,11 @@ func TestNewStoreIdempotentAndVersioned(t *testing.T) {
 	}
 }
 
-func TestHistoryKeepsEveryVersion(t *testing.T) {
-	t.Parallel()
+func TestHistoryKeepsEveryVersion(t *testing.T) { both(t, testHistoryKeepsEveryVersion) }
+
+func testHistoryKeepsEveryVersion(t *testing.T, be string) {
 	ctx := t.Context()
-	s := newStore(t)
+	s := newStoreOn(t, be)
 	k := nodeKey("gpu-017")
 	for i, v := range []float64{470, 480, 490} {
 		got, err := s.Set(ctx, sampled(k, v-1, v, v+1))
@@ -136,10 +172,11 @@ func TestHistoryKeepsEveryVersion(t *testing.T) {
 	}
 }
 
-func TestSetValidates(t *testing.T) {
-	t.Parallel()
+func TestSetValidates(t *testing.T) { both(t, testSetValidates) }
+
+func testSetValidates(t *testing.T, be string) {
 	ctx := t.Context()
-	s := newStore(t)
+	s := newStoreOn(t, be)
 	k := nodeKey("gpu-1")
 	bad := map[string]Baseline{
 		"no samples":     {Key: k, Direction: HigherBetter, Value: 480},
@@ -167,10 +204,11 @@ func TestSetValidates(t *testing.T) {
 	}
 }
 
-func TestRecordTakesTheMedianAndCarriesSettings(t *testing.T) {
-	t.Parallel()
+func TestRecordTakesTheMedianAndCarriesSettings(t *testing.T) { both(t, testRecordTakesTheMedianAndCarriesSettings) }
+
+func testRecordTakesTheMedianAndCarriesSettings(t *testing.T, be string) {
 	ctx := t.Context()
-	s := newStore(t)
+	s := newStoreOn(t, be)
 	k := nodeKey("gpu-017")
 	b, err := s.Record(ctx, k, []float64{490, 470, 300, 481, 480}, "bob", "run-7", "nightly")
 	if err != nil {
@@ -208,10 +246,11 @@ func TestRecordTakesTheMedianAndCarriesSettings(t *testing.T) {
 	}
 }
 
-func TestList(t *testing.T) {
-	t.Parallel()
+func TestList(t *testing.T) { both(t, testList) }
+
+func testList(t *testing.T, be string) {
 	ctx := t.Context()
-	s := newStore(t)
+	s := newStoreOn(t, be)
 	sku := Key{Metric: MetricAllReduceBusBW, Scope: SKUScope("h100-sxm-80g-x8-nvlink")}
 	link := Key{Metric: MetricAllReduce2BusBW, Scope: LinkScope("gpu-2", "gpu-1")}
 	for _, b := range []Baseline{sampled(nodeKey("gpu-1"), 470), sampled(nodeKey("gpu-1"), 475), sampled(nodeKey("gpu-2"), 480), sampled(sku, 480), sampled(link, 460)} {
@@ -256,10 +295,11 @@ func TestList(t *testing.T) {
 
 // TestConcurrentSets: writers on separate connections get distinct
 // versions, none fails on SQLite's lock upgrade.
-func TestConcurrentSets(t *testing.T) {
-	t.Parallel()
+func TestConcurrentSets(t *testing.T) { both(t, testConcurrentSets) }
+
+func testConcurrentSets(t *testing.T, be string) {
 	ctx := t.Context()
-	s := newStore(t)
+	s := newStoreOn(t, be)
 	k := nodeKey("gpu-1")
 	const n = 16
 	var wg sync.WaitGroup
@@ -290,10 +330,11 @@ func TestConcurrentSets(t *testing.T) {
 	}
 }
 
-func TestExportImportRoundTrip(t *testing.T) {
-	t.Parallel()
+func TestExportImportRoundTrip(t *testing.T) { both(t, testExportImportRoundTrip) }
+
+func testExportImportRoundTrip(t *testing.T, be string) {
 	ctx := t.Context()
-	src := newStore(t)
+	src := newStoreOn(t, be)
 	sku := Key{Metric: MetricAllReduceBusBW, Scope: SKUScope("h100-sxm-80g-x8-nvlink"), Stack: Stack{RDMAStack: "MLNX_OFED 23.10-1.1.9.0"}}
 	many := make([]float64, 100)
 	for i := range many {
@@ -315,7 +356,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 			t.Errorf("export lacks %q:\n%s", want, buf.String())
 		}
 	}
-	dst := newStore(t)
+	dst := newStoreOn(t, be)
 	res, err := dst.Import(ctx, bytes.NewReader(buf.Bytes()), "carol")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, buf.String())
@@ -347,7 +388,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if err := src.Export(ctx, &buf, Filter{AllVersions: true, Kind: ScopeNode}); err != nil {
 		t.Fatal(err)
 	}
-	hist := newStore(t)
+	hist := newStoreOn(t, be)
 	if _, err := hist.Import(ctx, &buf, "carol"); err != nil {
 		t.Fatal(err)
 	}
@@ -366,10 +407,11 @@ func TestExportImportRoundTrip(t *testing.T) {
 	}
 }
 
-func TestImportFillsWhoAndTime(t *testing.T) {
-	t.Parallel()
+func TestImportFillsWhoAndTime(t *testing.T) { both(t, testImportFillsWhoAndTime) }
+
+func testImportFillsWhoAndTime(t *testing.T, be string) {
 	ctx := t.Context()
-	s := newStore(t)
+	s := newStoreOn(t, be)
 	file := `baselines:
   - metric: nccl.allreduce.busbw_gbps
     scope: node:gpu-1
@@ -396,10 +438,11 @@ func TestImportFillsWhoAndTime(t *testing.T) {
 	}
 }
 
-func TestImportIsAllOrNothing(t *testing.T) {
-	t.Parallel()
+func TestImportIsAllOrNothing(t *testing.T) { both(t, testImportIsAllOrNothing) }
+
+func testImportIsAllOrNothing(t *testing.T, be string) {
 	ctx := t.Context()
-	s := newStore(t)
+	s := newStoreOn(t, be)
 	file := `baselines:
   - {metric: nccl.allreduce.busbw_gbps, scope: node:gpu-1, value: 480}
   - {metric: nccl.allreduce.busbw_gbps, scope: node:gpu-2, value: -1}
@@ -412,10 +455,11 @@ func TestImportIsAllOrNothing(t *testing.T) {
 	}
 }
 
-func TestImportReferenceLeavesStoredKeysAlone(t *testing.T) {
-	t.Parallel()
+func TestImportReferenceLeavesStoredKeysAlone(t *testing.T) { both(t, testImportReferenceLeavesStoredKeysAlone) }
+
+func testImportReferenceLeavesStoredKeysAlone(t *testing.T, be string) {
 	ctx := t.Context()
-	s := newStore(t)
+	s := newStoreOn(t, be)
 	refs, err := Reference()
 	if err != nil {
 		t.Fatal(err)

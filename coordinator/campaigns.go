@@ -24,6 +24,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/compat"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -105,7 +106,8 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 			_ = c.db.Close() // the start error is the one to report
 		}
 	}()
-	c.bl, err = baselines.NewStore(c.db, baselines.WithReader(st.ReaderDB()), baselines.WithClock(s.now))
+	c.bl, err = baselines.NewSQLStore(sqldb.Wrap(c.db, st.Dialect(), nil),
+		baselines.WithSQLReader(st.ReaderSQLDB()), baselines.WithClock(s.now))
 	if err != nil {
 		return nil, fmt.Errorf("baselines: %w", err)
 	}

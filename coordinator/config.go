@@ -12,7 +12,20 @@ import (
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/membership"
 	"github.com/fleetcheck/fleetcheck/internal/pki"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
+
+// resolveStoreURL takes a relative SQLite path in store_url relative to
+// the config file's directory, like data_dir.
+func resolveStoreURL(base, raw string) string {
+	t, err := sqldb.Parse(raw)
+	if raw == "" || err != nil || t.Dialect != sqldb.SQLite {
+		return raw // Validate reports a bad one
+	}
+	p := t.Path
+	config.ResolvePath(base, &p)
+	return "sqlite:" + p
+}
 
 // Config is the coordinator's YAML configuration. Zero values take the
 // defaults that WithDefaults fills in.
@@ -20,6 +33,7 @@ import (
 //	listen: 127.0.0.1:7443        # gRPC, agents and operators
 //	http_listen: 127.0.0.1:7444   # /healthz (and /metrics)
 //	data_dir: /var/lib/fleetcheck
+//	# store_url: postgres://fleetcheck@db.example/fleetcheck  # default: SQLite in data_dir (docs/store.md)
 //	retention_days: 30            # raw results older than this are deleted
 //	heartbeat_interval: 10s       # a stream silent for 3 intervals is closed
 //	tls:                          # mutual TLS for agents and operators (docs/security.md)
@@ -32,8 +46,12 @@ import (
 type Config struct {
 	Listen string `yaml:"listen"`
 	// HTTPListen serves /healthz (and /metrics); "off" serves no HTTP.
-	HTTPListen        string        `yaml:"http_listen"`
-	DataDir           string        `yaml:"data_dir"`
+	HTTPListen string `yaml:"http_listen"`
+	DataDir    string `yaml:"data_dir"`
+	// StoreURL is the database: empty for SQLite in DataDir (the
+	// default), sqlite:PATH for another SQLite file, or postgres://...
+	// (docs/store.md).
+	StoreURL          string        `yaml:"store_url"`
 	RetentionDays     int           `yaml:"retention_days"`
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// Insecure serves plaintext gRPC with no authorization. Without it the
@@ -145,6 +163,11 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data_dir is required"))
 	}
+	if c.StoreURL != "" {
+		if _, err := sqldb.Parse(c.StoreURL); err != nil {
+			errs = append(errs, fmt.Errorf("store_url: %w", err))
+		}
+	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
 	}
@@ -208,6 +231,7 @@ func LoadConfig(path string) (Config, error) {
 	}
 	base := config.ConfigDir(path)
 	c.Gossip.Resolve(base)
+	c.StoreURL = resolveStoreURL(base, c.StoreURL)
 	for _, p := range []*string{&c.DataDir, &c.TLS.CertFile, &c.TLS.KeyFile, &c.TLS.CAFile, &c.CompatMatrix, &c.Drain.Kubernetes.Kubeconfig, &c.Console.TokenFile} {
 		config.ResolvePath(base, p)
 	}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -49,6 +50,43 @@ gossip: {bind: 127.0.0.1, keyring_file: gossip.keys}
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.key, tc.got, tc.want)
+		}
+	}
+}
+
+// TestStoreURL: store_url takes SQLite paths relative to the config file
+// and PostgreSQL URLs as they are; a URL that is neither is refused with
+// its password hidden.
+func TestStoreURL(t *testing.T) {
+	dir := t.TempDir()
+	write := func(v string) string {
+		p := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(p, []byte("data_dir: data\ninsecure: true\nstore_url: "+v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct{ in, want string }{
+		{`""`, ""},
+		{"sqlite:db/fc.db", "sqlite:" + filepath.Join(dir, "db/fc.db")},
+		{"sqlite:/srv/fc.db", "sqlite:/srv/fc.db"},
+		{"'postgres://fc@127.0.0.1:5432/fleet?sslmode=disable'", "postgres://fc@127.0.0.1:5432/fleet?sslmode=disable"},
+	} {
+		c, err := LoadConfig(write(tc.in))
+		if err != nil {
+			t.Errorf("store_url %s: %v", tc.in, err)
+			continue
+		}
+		if c.StoreURL != tc.want {
+			t.Errorf("store_url %s = %q, want %q", tc.in, c.StoreURL, tc.want)
+		}
+	}
+	for _, bad := range []string{"mysql://u:hunter2@h/db", "'sqlite:'", "'postgres://u:hunter2@h:notaport/db'"} {
+		_, err := LoadConfig(write(bad))
+		if err == nil || !strings.Contains(err.Error(), "store_url") {
+			t.Errorf("store_url %s: %v, want a store_url error", bad, err)
+		} else if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("store_url %s: the error shows the password: %v", bad, err)
 		}
 	}
 }

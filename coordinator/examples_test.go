@@ -1,14 +1,19 @@
 package coordinator
 
 import (
+	"net/url"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
 	"gopkg.in/yaml.v3"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // configKeys lists every YAML key of the coordinator config as a dotted
@@ -99,5 +104,46 @@ func TestConfigReference(t *testing.T) {
 		if !strings.Contains(string(b), "`"+k+"`") {
 			t.Errorf("%s does not document `%s`", page, k)
 		}
+	}
+}
+
+// TestExamplePostgresConfig: examples/coordinator-postgres.yaml loads, names
+// a PostgreSQL store without a password, and a store opens at its URL's
+// kind of database (a real PostgreSQL standing in for db.example.net).
+func TestExamplePostgresConfig(t *testing.T) {
+	t.Parallel()
+	const path = "../examples/coordinator-postgres.yaml"
+	c, err := LoadConfig(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	tg, err := sqldb.Parse(c.StoreURL)
+	if err != nil || tg.Dialect != sqldb.Postgres {
+		t.Fatalf("store_url %q: %v %v, want PostgreSQL", c.StoreURL, tg.Dialect, err)
+	}
+	if u, _ := url.Parse(c.StoreURL); u == nil || u.User == nil {
+		t.Fatalf("store_url %q names no user", c.StoreURL)
+	} else if _, has := u.User.Password(); has {
+		t.Fatalf("store_url %q holds a password: the example must show PGPASSFILE instead", c.StoreURL)
+	}
+	if !pgtest.Available() {
+		pgtest.Shared(t) // skips loudly (fails under CI=true)
+	}
+	srv, err := pgtest.Start(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	name, err := srv.CreateDB(t.Context(), "example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(t.Context(), store.Options{Dir: t.TempDir(), URL: srv.URLFor(name), Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.Dialect() != sqldb.Postgres || st.Path() != "" {
+		t.Fatalf("store on %s (%v), want PostgreSQL", st.Where(), st.Dialect())
 	}
 }

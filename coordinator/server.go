@@ -259,6 +259,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	}
 	s.store, err = store.Open(ctx, store.Options{
 		Dir:        s.cfg.DataDir,
+		URL:        s.cfg.StoreURL,
 		MaxBatch:   s.cfg.Batch.MaxResults,
 		BatchDelay: s.cfg.Batch.Delay,
 		Logger:     s.log,
@@ -308,7 +309,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	go s.retention(bgctx)
 
 	s.ready.Store(true)
-	ev := s.log.Info().Str("grpc", s.grpcLis.Addr().String()).Str("data_dir", s.cfg.DataDir).
+	ev := s.log.Info().Str("grpc", s.grpcLis.Addr().String()).Str("data_dir", s.cfg.DataDir).Str("store", s.store.Where()).
 		Str("protocol", ProtocolVersion)
 	if s.httpLis != nil {
 		ev = ev.Str("http", s.httpLis.Addr().String())

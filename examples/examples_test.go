@@ -37,6 +37,7 @@ var claims = []claim{
 	{"examples/sweep.yaml", "cmd/fleetcheck/examples_test.go", "TestExampleSpecsRun"},
 	{"examples/sweep.yaml", "campaigns/sweep/docs_test.go", "TestSpecReference"},
 	{"examples/coordinator.yaml", "coordinator/examples_test.go", "TestExampleConfigComplete"},
+	{"examples/coordinator-postgres.yaml", "coordinator/examples_test.go", "TestExamplePostgresConfig"},
 	{"examples/matrix.yaml", "internal/compat/matrix_test.go", "TestMarshalRoundTrip"},
 	{"examples/matrix.yaml", "cmd/fleetcheck/examples_test.go", "TestExampleSpecsRun"},
 	{"examples/node-config.yaml", "internal/config/config_test.go", "TestLoadedConfigValidates"},

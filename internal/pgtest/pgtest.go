@@ -340,6 +340,12 @@ func (s *Server) admin(ctx context.Context, q string) error {
 	return err
 }
 
+// Available reports whether the PostgreSQL binaries are installed.
+func Available() bool {
+	_, err := BinDir()
+	return err == nil
+}
+
 // The package's shared server, started by the first test that asks.
 var shared struct {
 	once sync.Once
