@@ -204,7 +204,9 @@ func testSetValidates(t *testing.T, be string) {
 	}
 }
 
-func TestRecordTakesTheMedianAndCarriesSettings(t *testing.T) { both(t, testRecordTakesTheMedianAndCarriesSettings) }
+func TestRecordTakesTheMedianAndCarriesSettings(t *testing.T) {
+	both(t, testRecordTakesTheMedianAndCarriesSettings)
+}
 
 func testRecordTakesTheMedianAndCarriesSettings(t *testing.T, be string) {
 	ctx := t.Context()
@@ -455,7 +457,9 @@ func testImportIsAllOrNothing(t *testing.T, be string) {
 	}
 }
 
-func TestImportReferenceLeavesStoredKeysAlone(t *testing.T) { both(t, testImportReferenceLeavesStoredKeysAlone) }
+func TestImportReferenceLeavesStoredKeysAlone(t *testing.T) {
+	both(t, testImportReferenceLeavesStoredKeysAlone)
+}
 
 func testImportReferenceLeavesStoredKeysAlone(t *testing.T, be string) {
 	ctx := t.Context()
