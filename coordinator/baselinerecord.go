@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -85,7 +86,7 @@ func noSamples(metric string, checked int) string {
 // skipped, with why), or from samples. The stack is what the flags give,
 // and for stored results what the node's inventory reported when they
 // were taken fills the rest (driver, RDMA stack).
-func (c *campaigns) BaselineRecord(ctx context.Context, req *pb.BaselineRecordRequest) (*pb.Document, error) {
+func (c *campaigns) BaselineRecord(ctx context.Context, req *pb.BaselineRecordRequest) (*pb.BaselineRecordReply, error) {
 	const op = "baseline record"
 	type job struct {
 		key     baselines.Key
@@ -198,7 +199,7 @@ func (c *campaigns) BaselineRecord(ctx context.Context, req *pb.BaselineRecordRe
 		}
 		rep.Recorded = append(rep.Recorded, b)
 	}
-	return jsonDoc(op, rep)
+	return campaignpb.BaselineRecordPB(rep), nil
 }
 
 // skippedText lists skipped nodes for an error, at most ten.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -52,7 +53,7 @@ func TestBaselineRecordFromStoredResults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("record from result: %v", err)
 	}
-	rep := decode[baselines.RecordReport](t, doc.GetBody())
+	rep := campaignpb.BaselineRecordFrom(doc)
 	if len(rep.Recorded) != 1 || len(rep.Skipped) != 0 {
 		t.Fatalf("from result: %+v", rep)
 	}
@@ -67,7 +68,7 @@ func TestBaselineRecordFromStoredResults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("record from selector: %v", err)
 	}
-	rep = decode[baselines.RecordReport](t, doc.GetBody())
+	rep = campaignpb.BaselineRecordFrom(doc)
 	got := map[string]baselines.Baseline{}
 	for _, b := range rep.Recorded {
 		got[string(b.Scope)] = b

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -48,7 +49,7 @@ func checkOf(metric string) string {
 	return parts[0] + "." + parts[1]
 }
 
-func (c *campaigns) BaselineShow(ctx context.Context, req *pb.BaselineQuery) (*pb.Document, error) {
+func (c *campaigns) BaselineShow(ctx context.Context, req *pb.BaselineQuery) (*pb.BaselineListReply, error) {
 	const op = "baseline show"
 	f, err := filterFromPB(req)
 	if err != nil {
@@ -58,13 +59,10 @@ func (c *campaigns) BaselineShow(ctx context.Context, req *pb.BaselineQuery) (*p
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	if bs == nil {
-		bs = []baselines.Baseline{}
-	}
-	return jsonDoc(op, bs)
+	return campaignpb.BaselineListPB(bs), nil
 }
 
-func (c *campaigns) BaselineHistory(ctx context.Context, req *pb.BaselineKeyRequest) (*pb.Document, error) {
+func (c *campaigns) BaselineHistory(ctx context.Context, req *pb.BaselineKeyRequest) (*pb.BaselineListReply, error) {
 	const op = "baseline history"
 	key, err := keyFromPB(req.GetKey())
 	if err != nil {
@@ -74,10 +72,10 @@ func (c *campaigns) BaselineHistory(ctx context.Context, req *pb.BaselineKeyRequ
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, bs)
+	return campaignpb.BaselineListPB(bs), nil
 }
 
-func (c *campaigns) BaselineSet(ctx context.Context, req *pb.BaselineSetRequest) (*pb.Document, error) {
+func (c *campaigns) BaselineSet(ctx context.Context, req *pb.BaselineSetRequest) (*pb.BaselineSetReply, error) {
 	const op = "baseline set"
 	key, err := keyFromPB(req.GetKey())
 	if err != nil {
@@ -112,7 +110,7 @@ func (c *campaigns) BaselineSet(ctx context.Context, req *pb.BaselineSetRequest)
 	}
 	for _, h := range got {
 		if h.Version == v {
-			return jsonDoc(op, h)
+			return &pb.BaselineSetReply{Baseline: campaignpb.BaselinePB(h)}, nil
 		}
 	}
 	return nil, status.Errorf(codes.Internal, "%s: version %d not stored", op, v)
@@ -131,7 +129,7 @@ func (c *campaigns) BaselineExport(ctx context.Context, req *pb.BaselineQuery) (
 	return &pb.Document{ContentType: "application/yaml", Body: buf.Bytes()}, nil
 }
 
-func (c *campaigns) BaselineImport(ctx context.Context, req *pb.BaselineImportRequest) (*pb.Document, error) {
+func (c *campaigns) BaselineImport(ctx context.Context, req *pb.BaselineImportRequest) (*pb.BaselineImportReply, error) {
 	const op = "baseline import"
 	if err := c.audit(ctx, "baseline.import", fmt.Sprintf("%d bytes", len(req.GetFile()))); err != nil {
 		return nil, err
@@ -140,5 +138,5 @@ func (c *campaigns) BaselineImport(ctx context.Context, req *pb.BaselineImportRe
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, res)
+	return campaignpb.BaselineImportPB(res), nil
 }

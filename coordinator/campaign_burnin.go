@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -36,7 +37,7 @@ func (c *campaigns) BurninStart(ctx context.Context, req *pb.SpecRequest) (*pb.C
 	return started(op, id, st)
 }
 
-func (c *campaigns) BurninStatus(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
+func (c *campaigns) BurninStatus(ctx context.Context, req *pb.CampaignRef) (*pb.BurninStatusReply, error) {
 	const op = "burnin status"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -45,10 +46,10 @@ func (c *campaigns) BurninStatus(ctx context.Context, req *pb.CampaignRef) (*pb.
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, st)
+	return campaignpb.BurninStatusPB(st), nil
 }
 
-func (c *campaigns) BurninList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
+func (c *campaigns) BurninList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.BurninListReply, error) {
 	const op = "burnin list"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -57,10 +58,7 @@ func (c *campaigns) BurninList(ctx context.Context, _ *pb.CampaignListRequest) (
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	if l == nil {
-		l = []burnin.CampaignStatus{}
-	}
-	return jsonDoc(op, l)
+	return campaignpb.BurninListPB(l), nil
 }
 
 func (c *campaigns) BurninReport(ctx context.Context, req *pb.ReportRequest) (*pb.Document, error) {
@@ -85,7 +83,7 @@ func (c *campaigns) BurninReport(ctx context.Context, req *pb.ReportRequest) (*p
 	return nil, status.Errorf(codes.InvalidArgument, "%s: format %q: must be json or html", op, req.GetFormat())
 }
 
-func (c *campaigns) BurninCancel(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
+func (c *campaigns) BurninCancel(ctx context.Context, req *pb.CampaignRef) (*pb.BurninStatusReply, error) {
 	const op = "burnin cancel"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -103,5 +101,5 @@ func (c *campaigns) BurninCancel(ctx context.Context, req *pb.CampaignRef) (*pb.
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, st)
+	return campaignpb.BurninStatusPB(st), nil
 }

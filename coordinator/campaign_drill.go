@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -35,7 +36,7 @@ func (c *campaigns) DrillStart(ctx context.Context, req *pb.SpecRequest) (*pb.Ca
 	return started(op, id, d)
 }
 
-func (c *campaigns) DrillStatus(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
+func (c *campaigns) DrillStatus(ctx context.Context, req *pb.CampaignRef) (*pb.DrillStatusReply, error) {
 	const op = "drill status"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -44,10 +45,11 @@ func (c *campaigns) DrillStatus(ctx context.Context, req *pb.CampaignRef) (*pb.D
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, d)
+	r, err := campaignpb.DrillStatusPB(d)
+	return r, encodeErr(op, err)
 }
 
-func (c *campaigns) DrillList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
+func (c *campaigns) DrillList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.DrillListReply, error) {
 	const op = "drill list"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -56,10 +58,8 @@ func (c *campaigns) DrillList(ctx context.Context, _ *pb.CampaignListRequest) (*
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	if l == nil {
-		l = []drill.Drill{}
-	}
-	return jsonDoc(op, l)
+	r, err := campaignpb.DrillListPB(l)
+	return r, encodeErr(op, err)
 }
 
 func (c *campaigns) DrillReport(ctx context.Context, req *pb.DrillReportRequest) (*pb.Document, error) {
@@ -95,7 +95,7 @@ func (c *campaigns) DrillReport(ctx context.Context, req *pb.DrillReportRequest)
 	return jsonDoc(op, r)
 }
 
-func (c *campaigns) DrillAbort(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
+func (c *campaigns) DrillAbort(ctx context.Context, req *pb.CampaignRef) (*pb.DrillStatusReply, error) {
 	const op = "drill abort"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -113,5 +113,6 @@ func (c *campaigns) DrillAbort(ctx context.Context, req *pb.CampaignRef) (*pb.Do
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, d)
+	r, err := campaignpb.DrillStatusPB(d)
+	return r, encodeErr(op, err)
 }

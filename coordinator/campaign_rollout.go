@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	"github.com/fleetcheck/fleetcheck/internal/compat"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
@@ -36,7 +37,7 @@ func (c *campaigns) rolloutInputs(req *pb.SpecRequest) (*rollout.Spec, *compat.M
 	return spec, m, nil
 }
 
-func (c *campaigns) RolloutPlan(ctx context.Context, req *pb.SpecRequest) (*pb.Document, error) {
+func (c *campaigns) RolloutPlan(ctx context.Context, req *pb.SpecRequest) (*pb.RolloutPlanReply, error) {
 	const op = "rollout plan"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -49,7 +50,8 @@ func (c *campaigns) RolloutPlan(ctx context.Context, req *pb.SpecRequest) (*pb.D
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, p)
+	r, err := campaignpb.RolloutPlanPB(p)
+	return r, encodeErr(op, err)
 }
 
 func (c *campaigns) RolloutStart(ctx context.Context, req *pb.SpecRequest) (*pb.CampaignStarted, error) {
@@ -76,7 +78,7 @@ func (c *campaigns) RolloutStart(ctx context.Context, req *pb.SpecRequest) (*pb.
 	return started(op, id, st)
 }
 
-func (c *campaigns) RolloutStatus(_ context.Context, req *pb.CampaignRef) (*pb.Document, error) {
+func (c *campaigns) RolloutStatus(_ context.Context, req *pb.CampaignRef) (*pb.RolloutStatusReply, error) {
 	const op = "rollout status"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -85,21 +87,18 @@ func (c *campaigns) RolloutStatus(_ context.Context, req *pb.CampaignRef) (*pb.D
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, st)
+	r, err := campaignpb.RolloutStatusPB(st)
+	return r, encodeErr(op, err)
 }
 
-func (c *campaigns) RolloutList(_ context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
+func (c *campaigns) RolloutList(_ context.Context, _ *pb.CampaignListRequest) (*pb.RolloutListReply, error) {
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	l := c.rollout.List()
-	if l == nil {
-		l = []rollout.Summary{}
-	}
-	return jsonDoc("rollout list", l)
+	return campaignpb.RolloutListPB(c.rollout.List()), nil
 }
 
-func (c *campaigns) RolloutControl(ctx context.Context, req *pb.RolloutControlRequest) (*pb.Document, error) {
+func (c *campaigns) RolloutControl(ctx context.Context, req *pb.RolloutControlRequest) (*pb.RolloutStatusReply, error) {
 	op := "rollout " + req.GetAction()
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -137,5 +136,6 @@ func (c *campaigns) RolloutControl(ctx context.Context, req *pb.RolloutControlRe
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, st)
+	r, err := campaignpb.RolloutStatusPB(st)
+	return r, encodeErr(op, err)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -74,22 +75,22 @@ func (c *campaigns) SweepStart(ctx context.Context, req *pb.SpecRequest) (*pb.Ca
 	return started(op, rec.ID, rec)
 }
 
-func (c *campaigns) SweepStatus(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {
+func (c *campaigns) SweepStatus(ctx context.Context, req *pb.CampaignRef) (*pb.SweepStatusReply, error) {
 	const op = "sweep status"
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
 	if p, ok := c.sweep.Live(req.GetId()); ok {
-		return jsonDoc(op, p)
+		return campaignpb.SweepStatusPB(p), nil
 	}
 	p, err := c.sweep.Status(ctx, req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	return jsonDoc(op, p)
+	return campaignpb.SweepStatusPB(p), nil
 }
 
-func (c *campaigns) SweepList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.Document, error) {
+func (c *campaigns) SweepList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.SweepListReply, error) {
 	const op = "sweep list"
 	if err := c.needFleet(); err != nil {
 		return nil, err
@@ -98,10 +99,7 @@ func (c *campaigns) SweepList(ctx context.Context, _ *pb.CampaignListRequest) (*
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
-	if l == nil {
-		l = []sweep.Summary{}
-	}
-	return jsonDoc(op, l)
+	return campaignpb.SweepListPB(l), nil
 }
 
 func (c *campaigns) SweepReport(ctx context.Context, req *pb.CampaignRef) (*pb.Document, error) {

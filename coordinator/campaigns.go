@@ -314,6 +314,14 @@ func jsonDoc(op string, v any) (*pb.Document, error) {
 	return &pb.Document{ContentType: "application/json", Body: b}, nil
 }
 
+// encodeErr is a typed answer's encoding error, as Internal.
+func encodeErr(op string, err error) error {
+	if err != nil {
+		return status.Errorf(codes.Internal, "%s: encode: %v", op, err)
+	}
+	return nil
+}
+
 func started(op, id string, v any) (*pb.CampaignStarted, error) {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -86,7 +87,7 @@ func TestCampaignBaselinesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hist := decode[[]baselines.Baseline](t, doc.GetBody())
+	hist := campaignpb.BaselineListFrom(doc)
 	if len(hist) != 2 || hist[0].Value != 470 || hist[1].Value != 455 || hist[1].Version != 2 {
 		t.Fatalf("history %+v", hist)
 	}
@@ -94,7 +95,7 @@ func TestCampaignBaselinesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if shown := decode[[]baselines.Baseline](t, doc.GetBody()); len(shown) != 1 || shown[0].Value != 455 {
+	if shown := campaignpb.BaselineListFrom(doc); len(shown) != 1 || shown[0].Value != 455 {
 		t.Fatalf("show %+v", shown)
 	}
 	// The shipped reference baselines are imported at start.
@@ -102,7 +103,7 @@ func TestCampaignBaselinesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(decode[[]baselines.Baseline](t, doc.GetBody())) == 0 {
+	if len(doc.GetBaselines()) == 0 {
 		t.Fatal("no reference baselines")
 	}
 
@@ -112,19 +113,19 @@ func TestCampaignBaselinesRoundTrip(t *testing.T) {
 	}
 	// Importing what was exported stores nothing new; onto another
 	// coordinator it stores every version.
-	doc, err = c.BaselineImport(ctx, &pb.BaselineImportRequest{File: exp.GetBody()})
+	imp, err := c.BaselineImport(ctx, &pb.BaselineImportRequest{File: exp.GetBody()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := decode[baselines.ImportResult](t, doc.GetBody()); r.Added != 0 || r.Unchanged != 2 {
+	if r := campaignpb.BaselineImportFrom(imp); r.Added != 0 || r.Unchanged != 2 {
 		t.Fatalf("re-import %+v", r)
 	}
 	_, _, c2 := campaignServer(t, 2)
-	doc, err = c2.BaselineImport(ctx, &pb.BaselineImportRequest{File: exp.GetBody()})
+	imp, err = c2.BaselineImport(ctx, &pb.BaselineImportRequest{File: exp.GetBody()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := decode[baselines.ImportResult](t, doc.GetBody()); r.Added != 2 {
+	if r := campaignpb.BaselineImportFrom(imp); r.Added != 2 {
 		t.Fatalf("import elsewhere %+v", r)
 	}
 
@@ -164,7 +165,7 @@ func TestCampaignSweepFindsSlowNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := decode[[]sweep.Summary](t, st.GetBody())
+	list := campaignpb.SweepListFrom(st)
 	if len(list) != 1 {
 		t.Fatalf("list %+v", list)
 	}
@@ -226,11 +227,14 @@ func TestCampaignRolloutPlanExclusions(t *testing.T) {
 	t.Parallel()
 	s, f, c := campaignServer(t, 4)
 	ctx := tctx(t)
-	doc, err := c.RolloutPlan(ctx, &pb.SpecRequest{Spec: []byte(testRolloutSpec), Matrix: []byte(testRolloutMatrix)})
+	plan, err := c.RolloutPlan(ctx, &pb.SpecRequest{Spec: []byte(testRolloutSpec), Matrix: []byte(testRolloutMatrix)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := decode[rollout.PlanResult](t, doc.GetBody())
+	p, err := campaignpb.RolloutPlanFrom(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(p.Excluded) != len(f.Names()) {
 		t.Fatalf("excluded %+v", p.Excluded)
 	}
@@ -252,9 +256,9 @@ func TestCampaignRolloutPlanExclusions(t *testing.T) {
 	if _, err := c.RolloutControl(ctx, &pb.RolloutControlRequest{Id: "nope", Action: "explode"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad action: %v", err)
 	}
-	doc, err = c.RolloutList(ctx, &pb.CampaignListRequest{})
-	if err != nil || string(doc.GetBody()) != "[]" {
-		t.Fatalf("list %s %v", doc.GetBody(), err)
+	l, err := c.RolloutList(ctx, &pb.CampaignListRequest{})
+	if err != nil || len(l.GetRollouts()) != 0 {
+		t.Fatalf("list %v %v", l, err)
 	}
 	if audit := auditEvents(t, s); len(audit) != 0 {
 		t.Errorf("refused actions audited: %q", audit)

@@ -10,75 +10,117 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
+	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
 // fakeCampaigns answers every status, list, plan and control RPC with the
-// fixtures, so the golden files pin what the CLI prints for each.
+// fixtures, so the golden files pin what the CLI prints for each. legacy:
+// it answers as a coordinator from before the typed answers did, with the
+// engine's JSON document in fields 1 and 2.
 type fakeCampaigns struct {
 	pb.UnimplementedCampaignServiceServer
-	t *testing.T
+	t      *testing.T
+	legacy bool
 }
 
-func (f *fakeCampaigns) doc(v any) (*pb.Document, error) {
+// answer is typed, or for a legacy fake the same message holding only the
+// JSON document of v.
+func answer[M interface {
+	proto.Message
+	*P
+}, P any](f *fakeCampaigns, typed M, err error, v any) (M, error) {
+	if err != nil {
+		f.t.Error(err)
+		return nil, err
+	}
+	if !f.legacy {
+		return typed, nil
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		f.t.Error(err)
 	}
-	return &pb.Document{ContentType: "application/json", Body: b}, nil
+	// Fields 1 and 2 of every typed answer are Document's.
+	var out M = new(P)
+	if err := proto.Unmarshal(must(proto.Marshal(&pb.Document{ContentType: "application/json", Body: b})), out); err != nil {
+		f.t.Error(err)
+	}
+	return out, nil
 }
 
-func (f *fakeCampaigns) BaselineRecord(context.Context, *pb.BaselineRecordRequest) (*pb.Document, error) {
-	return f.doc(fxBaselineRecord())
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
-func (f *fakeCampaigns) BaselineShow(context.Context, *pb.BaselineQuery) (*pb.Document, error) {
-	return f.doc(fxBaselineRecord().Recorded)
+
+func (f *fakeCampaigns) BaselineRecord(context.Context, *pb.BaselineRecordRequest) (*pb.BaselineRecordReply, error) {
+	return answer(f, campaignpb.BaselineRecordPB(fxBaselineRecord()), nil, fxBaselineRecord())
 }
-func (f *fakeCampaigns) BaselineHistory(context.Context, *pb.BaselineKeyRequest) (*pb.Document, error) {
-	return f.doc(fxBaselineRecord().Recorded[:1])
+func (f *fakeCampaigns) BaselineShow(context.Context, *pb.BaselineQuery) (*pb.BaselineListReply, error) {
+	l := fxBaselineRecord().Recorded
+	return answer(f, campaignpb.BaselineListPB(l), nil, l)
 }
-func (f *fakeCampaigns) BaselineSet(context.Context, *pb.BaselineSetRequest) (*pb.Document, error) {
-	return f.doc(fxBaseline())
+func (f *fakeCampaigns) BaselineHistory(context.Context, *pb.BaselineKeyRequest) (*pb.BaselineListReply, error) {
+	l := fxBaselineRecord().Recorded[:1]
+	return answer(f, campaignpb.BaselineListPB(l), nil, l)
 }
-func (f *fakeCampaigns) BaselineImport(context.Context, *pb.BaselineImportRequest) (*pb.Document, error) {
-	return f.doc(fxBaselineImport())
+func (f *fakeCampaigns) BaselineSet(context.Context, *pb.BaselineSetRequest) (*pb.BaselineSetReply, error) {
+	return answer(f, &pb.BaselineSetReply{Baseline: campaignpb.BaselinePB(fxBaseline())}, nil, fxBaseline())
 }
-func (f *fakeCampaigns) SweepStatus(context.Context, *pb.CampaignRef) (*pb.Document, error) {
-	return f.doc(fxSweepProgress())
+func (f *fakeCampaigns) BaselineImport(context.Context, *pb.BaselineImportRequest) (*pb.BaselineImportReply, error) {
+	return answer(f, campaignpb.BaselineImportPB(fxBaselineImport()), nil, fxBaselineImport())
 }
-func (f *fakeCampaigns) SweepList(context.Context, *pb.CampaignListRequest) (*pb.Document, error) {
-	return f.doc(fxSweepList())
+func (f *fakeCampaigns) SweepStatus(context.Context, *pb.CampaignRef) (*pb.SweepStatusReply, error) {
+	return answer(f, campaignpb.SweepStatusPB(fxSweepProgress()), nil, fxSweepProgress())
 }
-func (f *fakeCampaigns) RolloutPlan(context.Context, *pb.SpecRequest) (*pb.Document, error) {
-	return f.doc(fxRolloutPlan(f.t))
+func (f *fakeCampaigns) SweepList(context.Context, *pb.CampaignListRequest) (*pb.SweepListReply, error) {
+	return answer(f, campaignpb.SweepListPB(fxSweepList()), nil, fxSweepList())
 }
-func (f *fakeCampaigns) RolloutStatus(context.Context, *pb.CampaignRef) (*pb.Document, error) {
-	return f.doc(fxRolloutStatus(f.t))
+func (f *fakeCampaigns) RolloutPlan(context.Context, *pb.SpecRequest) (*pb.RolloutPlanReply, error) {
+	p := fxRolloutPlan(f.t)
+	r, err := campaignpb.RolloutPlanPB(&p)
+	return answer(f, r, err, p)
 }
-func (f *fakeCampaigns) RolloutList(context.Context, *pb.CampaignListRequest) (*pb.Document, error) {
-	return f.doc(fxRolloutList())
+func (f *fakeCampaigns) RolloutStatus(context.Context, *pb.CampaignRef) (*pb.RolloutStatusReply, error) {
+	s := fxRolloutStatus(f.t)
+	r, err := campaignpb.RolloutStatusPB(&s)
+	return answer(f, r, err, s)
 }
-func (f *fakeCampaigns) RolloutControl(context.Context, *pb.RolloutControlRequest) (*pb.Document, error) {
-	return f.doc(fxRolloutStatus(f.t))
+func (f *fakeCampaigns) RolloutList(context.Context, *pb.CampaignListRequest) (*pb.RolloutListReply, error) {
+	return answer(f, campaignpb.RolloutListPB(fxRolloutList()), nil, fxRolloutList())
 }
-func (f *fakeCampaigns) BurninStatus(context.Context, *pb.CampaignRef) (*pb.Document, error) {
-	return f.doc(fxBurninStatus())
+func (f *fakeCampaigns) RolloutControl(ctx context.Context, _ *pb.RolloutControlRequest) (*pb.RolloutStatusReply, error) {
+	return f.RolloutStatus(ctx, nil)
 }
-func (f *fakeCampaigns) BurninList(context.Context, *pb.CampaignListRequest) (*pb.Document, error) {
-	return f.doc([]any{fxBurninStatus()})
+func (f *fakeCampaigns) BurninStatus(context.Context, *pb.CampaignRef) (*pb.BurninStatusReply, error) {
+	return answer(f, campaignpb.BurninStatusPB(fxBurninStatus()), nil, fxBurninStatus())
 }
-func (f *fakeCampaigns) BurninCancel(context.Context, *pb.CampaignRef) (*pb.Document, error) {
-	return f.doc(fxBurninStatus())
+func (f *fakeCampaigns) BurninList(context.Context, *pb.CampaignListRequest) (*pb.BurninListReply, error) {
+	l := []burnin.CampaignStatus{fxBurninStatus()}
+	return answer(f, campaignpb.BurninListPB(l), nil, l)
 }
-func (f *fakeCampaigns) DrillStatus(context.Context, *pb.CampaignRef) (*pb.Document, error) {
-	return f.doc(fxDrill(f.t))
+func (f *fakeCampaigns) BurninCancel(ctx context.Context, _ *pb.CampaignRef) (*pb.BurninStatusReply, error) {
+	return f.BurninStatus(ctx, nil)
 }
-func (f *fakeCampaigns) DrillList(context.Context, *pb.CampaignListRequest) (*pb.Document, error) {
-	return f.doc([]any{fxDrill(f.t)})
+func (f *fakeCampaigns) DrillStatus(context.Context, *pb.CampaignRef) (*pb.DrillStatusReply, error) {
+	d := fxDrill(f.t)
+	r, err := campaignpb.DrillStatusPB(&d)
+	return answer(f, r, err, d)
 }
-func (f *fakeCampaigns) DrillAbort(context.Context, *pb.CampaignRef) (*pb.Document, error) {
-	return f.doc(fxDrill(f.t))
+func (f *fakeCampaigns) DrillList(context.Context, *pb.CampaignListRequest) (*pb.DrillListReply, error) {
+	l := []drill.Drill{fxDrill(f.t)}
+	r, err := campaignpb.DrillListPB(l)
+	return answer(f, r, err, l)
+}
+func (f *fakeCampaigns) DrillAbort(ctx context.Context, _ *pb.CampaignRef) (*pb.DrillStatusReply, error) {
+	return f.DrillStatus(ctx, nil)
 }
 
 // fakeCoordinator serves srv on 127.0.0.1 and returns the flags that reach it.
@@ -132,9 +174,18 @@ func stableTimes(s string) string {
 
 // The table and the JSON each campaign verb prints are what docs/ show:
 // the golden files were written before the answers became typed messages
-// and must not move.
+// and must not move, whether a current coordinator answers or an older
+// one that sends the engines' JSON documents.
 func TestCampaignOutputGolden(t *testing.T) {
-	conn := fakeCoordinator(t, &fakeCampaigns{t: t})
+	for _, legacy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "typed", true: "older-coordinator"}[legacy], func(t *testing.T) {
+			campaignOutputGolden(t, &fakeCampaigns{t: t, legacy: legacy})
+		})
+	}
+}
+
+func campaignOutputGolden(t *testing.T, fake *fakeCampaigns) {
+	conn := fakeCoordinator(t, fake)
 	for _, v := range campaignVerbs {
 		for _, o := range []string{"table", "json"} {
 			out, code := execute(t, append(append(v.args, "-o", o), conn...)...)

@@ -24,6 +24,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
@@ -82,6 +83,31 @@ func printDoc[T any](w io.Writer, f *opFlags, body []byte, table func(io.Writer,
 	}
 	return tw.Flush()
 }
+
+// printReply prints a typed answer as the engine's value v: its JSON
+// (-o json), or table. legacy is the JSON document an older coordinator
+// sent instead (the answer's fields 1 and 2); it is printed as before.
+func printReply[T any](w io.Writer, f *opFlags, legacy []byte, v T, table func(io.Writer, T) error) error {
+	if len(legacy) > 0 {
+		return printDoc(w, f, legacy, table)
+	}
+	if f.output == "json" {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		_, err = w.Write(append(b, '\n'))
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if err := table(tw, v); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// badReply is an answer the CLI cannot turn back into the engine's value.
+func badReply(err error) error { return fmt.Errorf("coordinator sent a bad answer: %w", err) }
 
 // progressBar is "[#####-----] 12/40" on a terminal, "12/40" otherwise.
 func progressBar(w io.Writer, done, total int) string {
@@ -206,11 +232,11 @@ func newBaselineRecordCmd() *cobra.Command {
 				req.FromRun = from
 			}
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.BaselineRecord(ctx, req)
+				rep, err := c.BaselineRecord(ctx, req)
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), func(w io.Writer, r baselines.RecordReport) error {
+				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.BaselineRecordFrom(rep), func(w io.Writer, r baselines.RecordReport) error {
 					if err := baselineTable(w, r.Recorded); err != nil {
 						return err
 					}
@@ -248,22 +274,22 @@ func newBaselineShowCmd(history bool) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
 				var (
-					doc *pb.Document
+					rep *pb.BaselineListReply
 					err error
 				)
 				if history {
-					doc, err = c.BaselineHistory(ctx, &pb.BaselineKeyRequest{Key: k.pb()})
+					rep, err = c.BaselineHistory(ctx, &pb.BaselineKeyRequest{Key: k.pb()})
 				} else {
 					metric := k.metric
 					if !cmd.Flags().Changed("metric") {
 						metric = ""
 					}
-					doc, err = c.BaselineShow(ctx, &pb.BaselineQuery{Metric: metric, Scope: k.scope, Kind: kind, AllVersions: all})
+					rep, err = c.BaselineShow(ctx, &pb.BaselineQuery{Metric: metric, Scope: k.scope, Kind: kind, AllVersions: all})
 				}
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), baselineTable)
+				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.BaselineListFrom(rep), baselineTable)
 			})
 		},
 	}
@@ -289,12 +315,16 @@ func newBaselineSetCmd() *cobra.Command {
 		Use: "set", Short: "Set a baseline's value by hand (a new version; the old ones are kept)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.BaselineSet(ctx, &pb.BaselineSetRequest{Key: k.pb(), Value: value, Direction: direction,
+				rep, err := c.BaselineSet(ctx, &pb.BaselineSetRequest{Key: k.pb(), Value: value, Direction: direction,
 					Threshold: threshold, Note: note})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), func(w io.Writer, b baselines.Baseline) error {
+				var b baselines.Baseline
+				if rep.GetBaseline() != nil {
+					b = campaignpb.BaselineFrom(rep.GetBaseline())
+				}
+				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), b, func(w io.Writer, b baselines.Baseline) error {
 					return baselineTable(w, []baselines.Baseline{b})
 				})
 			})
@@ -355,11 +385,11 @@ func newBaselineImportCmd() *cobra.Command {
 				return err
 			}
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.BaselineImport(ctx, &pb.BaselineImportRequest{File: b})
+				rep, err := c.BaselineImport(ctx, &pb.BaselineImportRequest{File: b})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), func(w io.Writer, r baselines.ImportResult) error {
+				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.BaselineImportFrom(rep), func(w io.Writer, r baselines.ImportResult) error {
 					fmt.Fprintf(w, "added %d, unchanged %d\n", r.Added, r.Unchanged)
 					return nil
 				})
@@ -377,11 +407,11 @@ func newSweepCmd() *cobra.Command {
 	cmd.AddCommand(newSweepStartCmd(),
 		idCmd("status", "Where a sweep stands", func(cmd *cobra.Command, f *opFlags, id string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.SweepStatus(ctx, &pb.CampaignRef{Id: id})
+				rep, err := c.SweepStatus(ctx, &pb.CampaignRef{Id: id})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), f, doc.GetBody(), func(w io.Writer, p sweep.Progress) error {
+				return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), campaignpb.SweepStatusFrom(rep), func(w io.Writer, p sweep.Progress) error {
 					fmt.Fprintln(w, "ID\tSTATE\tPHASE\tROUND\tWAVE\tSINGLES\tPAIRS\tNODES")
 					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", p.ID, p.State, orDash(string(p.Phase)), p.Round,
 						progressBar(cmd.OutOrStdout(), p.WaveDone, p.WaveTotal), progressBar(cmd.OutOrStdout(), p.Singles, p.SinglesAll),
@@ -502,11 +532,11 @@ func newSweepListCmd() *cobra.Command {
 		Use: "list", Short: "Sweeps, newest first", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.SweepList(ctx, &pb.CampaignListRequest{})
+				rep, err := c.SweepList(ctx, &pb.CampaignListRequest{})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), func(w io.Writer, l []sweep.Summary) error {
+				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.SweepListFrom(rep), func(w io.Writer, l []sweep.Summary) error {
 					fmt.Fprintln(w, "ID\tSTATE\tPHASE\tSELECTOR\tNODES\tCREATED\tVERDICTS")
 					for _, s := range l {
 						state := string(s.State)
@@ -532,11 +562,15 @@ func newRolloutCmd() *cobra.Command {
 	cmd.AddCommand(newRolloutSpecCmd(true), newRolloutSpecCmd(false),
 		idCmd("status", "A rollout's waves and nodes", func(cmd *cobra.Command, f *opFlags, id string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.RolloutStatus(ctx, &pb.CampaignRef{Id: id})
+				rep, err := c.RolloutStatus(ctx, &pb.CampaignRef{Id: id})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), f, doc.GetBody(), func(w io.Writer, s rollout.Status) error {
+				st, err := campaignpb.RolloutStatusFrom(rep)
+				if err != nil {
+					return badReply(err)
+				}
+				return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), st, func(w io.Writer, s rollout.Status) error {
 					return rolloutStatusTable(w, cmd.OutOrStdout(), s)
 				})
 			})
@@ -552,11 +586,15 @@ func newRolloutCmd() *cobra.Command {
 		var reason string
 		c := idCmd(a.verb, a.short, func(cmd *cobra.Command, f *opFlags, id string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.RolloutControl(ctx, &pb.RolloutControlRequest{Id: id, Action: a.verb, Reason: reason})
+				rep, err := c.RolloutControl(ctx, &pb.RolloutControlRequest{Id: id, Action: a.verb, Reason: reason})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), f, doc.GetBody(), func(w io.Writer, s rollout.Status) error {
+				st, err := campaignpb.RolloutStatusFrom(rep)
+				if err != nil {
+					return badReply(err)
+				}
+				return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), st, func(w io.Writer, s rollout.Status) error {
 					if a.verb == "rollback" {
 						rollbackLine(w, s)
 					}
@@ -664,11 +702,15 @@ func newRolloutSpecCmd(plan bool) *cobra.Command {
 					}
 					return printStarted(cmd.OutOrStdout(), &f, "rollout", st)
 				}
-				doc, err := c.RolloutPlan(ctx, req)
+				rep, err := c.RolloutPlan(ctx, req)
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), rolloutPlanTable)
+				p, err := campaignpb.RolloutPlanFrom(rep)
+				if err != nil {
+					return badReply(err)
+				}
+				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), p, rolloutPlanTable)
 			})
 		},
 	}
@@ -711,11 +753,11 @@ func newRolloutListCmd() *cobra.Command {
 		Use: "list", Short: "Rollouts", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.RolloutList(ctx, &pb.CampaignListRequest{})
+				rep, err := c.RolloutList(ctx, &pb.CampaignListRequest{})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), &f, doc.GetBody(), func(w io.Writer, l []rollout.Summary) error {
+				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.RolloutListFrom(rep), func(w io.Writer, l []rollout.Summary) error {
 					fmt.Fprintln(w, "ID\tNAME\tDRIVER\tPHASE\tWAVE\tNODES\tCREATED\tSTATES")
 					for _, s := range l {
 						phase := string(s.Phase)
@@ -773,11 +815,11 @@ func newBurninCmd() *cobra.Command {
 		}),
 		idCmd("status", "A burn-in campaign's progress", func(cmd *cobra.Command, f *opFlags, id string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.BurninStatus(ctx, &pb.CampaignRef{Id: id})
+				rep, err := c.BurninStatus(ctx, &pb.CampaignRef{Id: id})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), f, doc.GetBody(), func(w io.Writer, s burnin.CampaignStatus) error {
+				return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), campaignpb.BurninStatusFrom(rep), func(w io.Writer, s burnin.CampaignStatus) error {
 					if err := burninStatusTable(cmd.OutOrStdout())(w, []burnin.CampaignStatus{s}); err != nil {
 						return err
 					}
@@ -786,15 +828,19 @@ func newBurninCmd() *cobra.Command {
 			})
 		}),
 		listCmd("Burn-in campaigns", func(cmd *cobra.Command, f *opFlags, ctx context.Context, c pb.CampaignServiceClient) error {
-			doc, err := c.BurninList(ctx, &pb.CampaignListRequest{})
+			rep, err := c.BurninList(ctx, &pb.CampaignListRequest{})
 			if err != nil {
 				return err
 			}
-			return printDoc(cmd.OutOrStdout(), f, doc.GetBody(), burninStatusTable(cmd.OutOrStdout()))
+			return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), campaignpb.BurninListFrom(rep), burninStatusTable(cmd.OutOrStdout()))
 		}),
 		newBurninReportCmd(),
-		newCancelCmd("cancel", "Cancel a burn-in campaign", func(ctx context.Context, c pb.CampaignServiceClient, r *pb.CampaignRef) (*pb.Document, error) {
-			return c.BurninCancel(ctx, r)
+		newCancelCmd("cancel", "Cancel a burn-in campaign", func(ctx context.Context, c pb.CampaignServiceClient, r *pb.CampaignRef) ([]byte, any, error) {
+			rep, err := c.BurninCancel(ctx, r)
+			if err != nil {
+				return nil, nil, err
+			}
+			return rep.GetDocument(), campaignpb.BurninStatusFrom(rep), nil
 		}))
 	return cmd
 }
@@ -890,16 +936,18 @@ func listCmd(short string, run func(*cobra.Command, *opFlags, context.Context, p
 	return cmd
 }
 
-func newCancelCmd(verb, short string, call func(context.Context, pb.CampaignServiceClient, *pb.CampaignRef) (*pb.Document, error)) *cobra.Command {
+// newCancelCmd is a verb that stops a campaign: call returns the
+// campaign's status after it (legacy: an older coordinator's document).
+func newCancelCmd(verb, short string, call func(context.Context, pb.CampaignServiceClient, *pb.CampaignRef) (legacy []byte, status any, err error)) *cobra.Command {
 	var reason string
 	cmd := idCmd(verb, short, func(cmd *cobra.Command, f *opFlags, id string) error {
 		return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-			doc, err := call(ctx, c, &pb.CampaignRef{Id: id, Reason: reason})
+			legacy, st, err := call(ctx, c, &pb.CampaignRef{Id: id, Reason: reason})
 			if err != nil {
 				return err
 			}
 			if f.output == "json" {
-				return printDoc[json.RawMessage](cmd.OutOrStdout(), f, doc.GetBody(), nil)
+				return printReply[any](cmd.OutOrStdout(), f, legacy, st, nil)
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s requested\n", id, verb)
 			return err
@@ -932,11 +980,15 @@ func newDrillCmd() *cobra.Command {
 		}),
 		idCmd("status", "A drill and its targets", func(cmd *cobra.Command, f *opFlags, id string) error {
 			return f.campaignCall(nil, func(ctx context.Context, c pb.CampaignServiceClient) error {
-				doc, err := c.DrillStatus(ctx, &pb.CampaignRef{Id: id})
+				rep, err := c.DrillStatus(ctx, &pb.CampaignRef{Id: id})
 				if err != nil {
 					return err
 				}
-				return printDoc(cmd.OutOrStdout(), f, doc.GetBody(), func(w io.Writer, d drill.Drill) error {
+				d, err := campaignpb.DrillStatusFrom(rep)
+				if err != nil {
+					return badReply(err)
+				}
+				return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), d, func(w io.Writer, d drill.Drill) error {
 					if err := drillTable(w, []drill.Drill{d}); err != nil {
 						return err
 					}
@@ -949,15 +1001,27 @@ func newDrillCmd() *cobra.Command {
 			})
 		}),
 		listCmd("Drills", func(cmd *cobra.Command, f *opFlags, ctx context.Context, c pb.CampaignServiceClient) error {
-			doc, err := c.DrillList(ctx, &pb.CampaignListRequest{})
+			rep, err := c.DrillList(ctx, &pb.CampaignListRequest{})
 			if err != nil {
 				return err
 			}
-			return printDoc(cmd.OutOrStdout(), f, doc.GetBody(), drillTable)
+			l, err := campaignpb.DrillListFrom(rep)
+			if err != nil {
+				return badReply(err)
+			}
+			return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), l, drillTable)
 		}),
 		newDrillReportCmd(),
-		newCancelCmd("abort", "Abort a drill (injected faults are reverted)", func(ctx context.Context, c pb.CampaignServiceClient, r *pb.CampaignRef) (*pb.Document, error) {
-			return c.DrillAbort(ctx, r)
+		newCancelCmd("abort", "Abort a drill (injected faults are reverted)", func(ctx context.Context, c pb.CampaignServiceClient, r *pb.CampaignRef) ([]byte, any, error) {
+			rep, err := c.DrillAbort(ctx, r)
+			if err != nil {
+				return nil, nil, err
+			}
+			d, err := campaignpb.DrillStatusFrom(rep)
+			if err != nil {
+				return nil, nil, badReply(err)
+			}
+			return rep.GetDocument(), d, nil
 		}))
 	return cmd
 }
