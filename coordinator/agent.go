@@ -497,6 +497,9 @@ func (s *Server) detach(sess *session, cause error) {
 		sess.log.Warn().Str("reason", cause.Error()).Msg("agent stream ended")
 	}
 	s.setState(ctx, e, state, reason, "", &off, now)
+	// Stopped or gone, the agent no longer reports: its Kubernetes node
+	// conditions go Unknown (not when the coordinator is the one stopping).
+	s.conditions().notReporting(e, cause.Error())
 }
 
 // checkNode says whether id may speak for node; the caller records a

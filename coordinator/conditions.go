@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	k8sdrain "github.com/fleetcheck/fleetcheck/internal/drain/kubernetes"
@@ -18,6 +19,15 @@ import (
 // heartbeat time says the coordinator still watches the node; changes are
 // written at once.
 const conditionRefresh = 5 * time.Minute
+
+// ReasonNotReporting is the reason of every Fleetcheck*Healthy condition
+// of a node whose agent stopped reporting: its last results no longer say
+// anything about the node now, so the conditions are Unknown (as
+// node-problem-detector's consumers read a problem detector gone silent).
+const ReasonNotReporting = "AgentNotReporting"
+
+// maxConditionMessage bounds a condition message (the adapter's limit).
+const maxConditionMessage = 1024
 
 // conditionSetter writes node conditions: the Kubernetes drain adapter.
 type conditionSetter interface {
@@ -88,13 +98,49 @@ func (w *conditionWriter) observe(e *nodeEntry, r *store.Result) {
 			conds = append(conds, c)
 		}
 	}
+	w.queue(e.name, conds)
+}
+
+// notReporting turns every area condition the node has Unknown, with
+// why (the stream's end, or no reconnect after a coordinator restart) and
+// the last known state in the message. The node's next result writes its
+// areas anew. e.mu is held.
+func (w *conditionWriter) notReporting(e *nodeEntry, why string) {
+	if w == nil {
+		return
+	}
+	all := make([]report.CheckResult, 0, len(e.checks))
+	for name, c := range e.checks {
+		all = append(all, report.CheckResult{Name: name, Status: c.Status, Reason: c.Detail})
+	}
+	slices.SortStableFunc(all, func(a, b report.CheckResult) int { return strings.Compare(a.Name, b.Name) })
+	conds := k8sdrain.AreaConditions(all)
+	if len(conds) == 0 {
+		return // no area was ever written: nothing to make Unknown
+	}
+	if len(why) > 200 {
+		why = why[:200]
+	}
+	for i, c := range conds {
+		msg := "fleetcheck: the agent stopped reporting (" + why + "); last: " + strings.TrimPrefix(c.Message, "fleetcheck: ")
+		if len(msg) > maxConditionMessage {
+			msg = msg[:maxConditionMessage]
+		}
+		conds[i] = k8sdrain.Condition{Type: c.Type, Status: corev1.ConditionUnknown, Reason: ReasonNotReporting, Message: msg}
+	}
+	w.queue(e.name, conds)
+}
+
+// queue hands a node's conditions to the writer unless they are what it
+// wrote last, less than conditionRefresh ago.
+func (w *conditionWriter) queue(node string, conds []k8sdrain.Condition) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	last, ok := w.written[e.name]
+	last, ok := w.written[node]
 	if ok && slices.Equal(last.conds, conds) && time.Since(last.at) < conditionRefresh {
 		return
 	}
-	w.pending[e.name] = conds
+	w.pending[node] = conds
 	select {
 	case w.kick <- struct{}{}:
 	default:

@@ -503,6 +503,9 @@ func (s *Server) markAbsent(ctx context.Context, now time.Time) {
 			reason := fmt.Sprintf("agent did not reconnect within %s of coordinator start", 3*s.cfg.HeartbeatInterval)
 			s.setState(ctx, e, StateUnreachable, reason, "", nil, now)
 		}
+		if e.sess == nil && e.state != "" {
+			s.conditions().notReporting(e, fmt.Sprintf("no agent connected within %s of coordinator start", 3*s.cfg.HeartbeatInterval))
+		}
 		e.mu.Unlock()
 	}
 }

@@ -25,7 +25,7 @@ import (
 // with no effect on the machine. Everything else must be faked, so a
 // script calling a tool the test forgot (shutdown, modprobe) fails with
 // "not found" instead of acting on the host.
-var safeTools = []string{"awk", "sed", "grep", "tr", "cat", "mktemp", "tail", "mv", "rm", "head", "sort"}
+var safeTools = []string{"awk", "sed", "grep", "tr", "cat", "mktemp", "tail", "mv", "rm", "head", "sort", "mkdir"}
 
 // fakeRoot is a temp dir with bin/ (fakes) and safe/ (links to the real
 // safe tools); calls.log gets one line per fake call: "NAME ARG...".

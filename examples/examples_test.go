@@ -73,6 +73,8 @@ var claims = []claim{
 	{"deploy/prometheus/fleetcheck-rules.test.yml", "deploy/prometheus/rules_test.go", "TestPromtool"},
 	{"deploy/helm/fleetcheck/**", "deploy/helm/chart_test.go", "TestChartRenders"},
 	{"deploy/helm/fleetcheck/files/fleetcheck-rules.yml", "deploy/helm/chart_test.go", "TestPrometheusRuleIsShippedRules"},
+	{"deploy/certs/fleetcheck-node-certs", "deploy/certs_test.go", "TestNodeCertsScript"},
+	{"deploy/container/Dockerfile", "deploy/container/dockerfile_test.go", "TestDockerfilePathsExist"},
 }
 
 // matches reports whether a claim's pattern covers rel.

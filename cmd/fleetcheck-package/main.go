@@ -30,6 +30,8 @@ const (
 	coordDataDir  = "/var/lib/fleetcheck"
 	actionsDir    = "/usr/lib/fleetcheck/actions"
 	slurmDir      = "/usr/lib/fleetcheck/slurm"
+	certsDir      = "/usr/lib/fleetcheck/certs"
+	nodeDocDir    = "/usr/share/doc/fleetcheck-node"
 )
 
 // inputs is what the packages are made of.
@@ -106,7 +108,8 @@ func writePackage(p *deb.Package, dir string, mtime time.Time) (string, error) {
 }
 
 // files reads src/rel (one file, or every file in a directory that is not
-// a Go test) and installs each into dir with mode.
+// Go code or a *.example, which is documentation) and installs each into
+// dir with mode.
 func (in inputs) files(rel, dir string, mode int64) ([]deb.File, error) {
 	p := filepath.Join(in.src, rel)
 	st, err := os.Stat(p)
@@ -126,7 +129,7 @@ func (in inputs) files(rel, dir string, mode int64) ([]deb.File, error) {
 	}
 	var out []deb.File
 	for _, e := range ents {
-		if e.IsDir() || filepath.Ext(e.Name()) == ".go" {
+		if e.IsDir() || filepath.Ext(e.Name()) == ".go" || filepath.Ext(e.Name()) == ".example" {
 			continue
 		}
 		f, err := in.files(filepath.Join(rel, e.Name()), dir, mode)
@@ -190,8 +193,11 @@ func nodePackage(in inputs) (*deb.Package, error) {
 		in.conffile("deploy/deb/agent.yaml", "/etc/fleetcheck/agent.yaml"),
 		in.part("deploy/actions", actionsDir, 0o755),
 		in.part("deploy/slurm", slurmDir, 0o755),
-		in.part("docs/deploy.md", "/usr/share/doc/fleetcheck-node", 0o644),
-		in.part("docs/agent.md", "/usr/share/doc/fleetcheck-node", 0o644),
+		// An example to copy into slurm.conf, not a program: with the docs.
+		in.part("deploy/slurm/slurm.conf.example", nodeDocDir, 0o644),
+		in.part("deploy/certs", certsDir, 0o755),
+		in.part("docs/deploy.md", nodeDocDir, 0o644),
+		in.part("docs/agent.md", nodeDocDir, 0o644),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("fleetcheck-node: %w", err)

@@ -178,6 +178,16 @@ func TestPackagesInstallAndUpgrade(t *testing.T) {
 			t.Errorf("wrapper %s: %v", w, err)
 		}
 	}
+	// slurm.conf.example is documentation: beside the docs, not a program.
+	if st, err := os.Stat(filepath.Join(root, "usr/share/doc/fleetcheck-node/slurm.conf.example")); err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("slurm.conf.example in the doc dir: %v %v, want mode 0644", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/lib/fleetcheck/slurm/slurm.conf.example")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("slurm.conf.example under /usr/lib: %v, want none", err)
+	}
+	if st, err := os.Stat(filepath.Join(root, "usr/lib/fleetcheck/certs/fleetcheck-node-certs")); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("fleetcheck-node-certs: %v %v, want mode 0755", st, err)
+	}
 	// The coordinator's: its config loads, its user was created in the
 	// root (not on this host) and owns the data dir.
 	ccfg, err := coordinator.LoadConfig(filepath.Join(root, "etc/fleetcheck/coordinator.yaml"))
