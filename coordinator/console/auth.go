@@ -39,13 +39,6 @@ type who struct {
 // Actor names the operator as the audit log does.
 func (w who) Actor() string { return w.ID.Actor() }
 
-type whoKey struct{}
-
-func whoFrom(ctx context.Context) who {
-	w, _ := ctx.Value(whoKey{}).(who)
-	return w
-}
-
 // tokenKind is the identity kind a token user audits as ("token:alice"):
 // not a certificate kind, so it is never mistaken for one.
 const tokenKind pki.Kind = "token"
@@ -163,7 +156,7 @@ func (s *Server) identify(r *http.Request) (who, int, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
-			return who{}, http.StatusUnauthorized, errors.New("Authorization: want Bearer TOKEN")
+			return who{}, http.StatusUnauthorized, errors.New("authorization header: want Bearer TOKEN")
 		}
 		name, err := s.toks.lookup(strings.TrimSpace(tok))
 		if err != nil {

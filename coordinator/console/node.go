@@ -85,7 +85,7 @@ func (s *Server) node(w http.ResponseWriter, r *http.Request, id who) error {
 		names = append(names, c)
 	}
 	sort.Strings(names)
-	var finder baselines.Finder = src.Baselines()
+	finder := src.Baselines()
 	stack := baselines.Stack{Driver: n.Inventory.DriverVersion, RDMAStack: n.Inventory.RDMAStack}
 	for _, c := range names {
 		rs := byCheck[c]
