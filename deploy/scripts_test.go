@@ -432,7 +432,9 @@ func TestSlurmProlog(t *testing.T) {
 	if err := os.WriteFile(file, []byte("idle\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.env = []string{"FLEETCHECK_ACTIVITY_FILE=" + file, "SLURM_JOB_ID=4242", "SLURMD_NODENAME=gpu-017"}
+	noEnv := "FLEETCHECK_ENV_FILE=" + filepath.Join(r.dir, "no.env")
+	r.env = []string{"FLEETCHECK_ACTIVITY_FILE=" + file, "SLURM_JOB_ID=4242", "SLURMD_NODENAME=gpu-017", noEnv}
+	r.tool("fleetcheck-node", "", 1)
 	if out, code := r.run("slurm/fleetcheck-prolog"); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
@@ -440,9 +442,46 @@ func TestSlurmProlog(t *testing.T) {
 		t.Errorf("activity %q after the prolog, want busy", a)
 	}
 	noTempFiles(t, state)
+	if calls := r.calls(); len(calls) != 0 {
+		t.Errorf("the pre-job check ran although it is off by default: %v", calls)
+	}
+
+	// The pre-job quick check, from the env file: the node's verdict
+	// decides whether the job starts.
+	envFile := filepath.Join(r.dir, "healthcheck.env")
+	if err := os.WriteFile(envFile, []byte("FLEETCHECK_PROLOG_CHECKS=gpu.inventory,gpu.xid\nFLEETCHECK_NODE=fleetcheck-node\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		exit     int
+		want     int
+		activity agent.Activity
+		stderr   string
+	}{
+		{0, 0, agent.ActivityBusy, ""},
+		{1, 1, agent.ActivityDrained, "failed its pre-job check (gpu.inventory,gpu.xid); job 4242 requeued"},
+		{2, 0, agent.ActivityBusy, "could not run (exit 2); job 4242 starts"},
+	} {
+		if err := os.Remove(r.log()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		r.tool("fleetcheck-node", "", c.exit)
+		r.env = []string{"FLEETCHECK_ACTIVITY_FILE=" + file, "SLURM_JOB_ID=4242", "FLEETCHECK_ENV_FILE=" + envFile}
+		out, code := r.run("slurm/fleetcheck-prolog")
+		if code != c.want || !strings.Contains(out, c.stderr) {
+			t.Errorf("check exit %d: prolog exit %d, want %d, output %q, want %q", c.exit, code, c.want, out, c.stderr)
+		}
+		if a := readActivity(t, file); a != c.activity {
+			t.Errorf("check exit %d: activity %q, want %q", c.exit, a, c.activity)
+		}
+		if calls := r.calls(); len(calls) != 1 || calls[0] != "fleetcheck-node run --slurm --checks gpu.inventory,gpu.xid --deadline 20s" {
+			t.Errorf("check exit %d: calls %v", c.exit, calls)
+		}
+		noTempFiles(t, state)
+	}
 
 	// Not written: the job must not start beside a disruptive check.
-	r.env = []string{"FLEETCHECK_ACTIVITY_FILE=" + filepath.Join(r.dir, "missing", "activity")}
+	r.env = []string{"FLEETCHECK_ACTIVITY_FILE=" + filepath.Join(r.dir, "missing", "activity"), noEnv}
 	if out, code := r.run("slurm/fleetcheck-prolog"); code != 1 || !strings.Contains(out, "cannot write") {
 		t.Errorf("unwritable activity file: exit %d, want 1:\n%s", code, out)
 	}
