@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -96,10 +97,50 @@ type e2eClock struct {
 	base    time.Time
 	scale   float64
 	maxWait time.Duration
+
+	mu sync.Mutex
+	// polls counts each engine's loop waits ("burnin", "rollout"): a wait
+	// follows a pass over every campaign, so a test that needs "the engine
+	// looked again" waits on this count instead of sleeping.
+	polls map[string]int
 }
 
 func newE2EClock(scale float64) *e2eClock {
-	return &e2eClock{base: time.Now(), scale: scale, maxWait: 100 * time.Millisecond}
+	return &e2eClock{base: time.Now(), scale: scale, maxWait: 100 * time.Millisecond, polls: map[string]int{}}
+}
+
+// e2eEngineLoop names the engine whose Run loop called After ("burnin"
+// for campaigns/burnin.(*Engine).Run), or "" for any other caller.
+func e2eEngineLoop() string {
+	var pcs [8]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
+	for {
+		fr, more := frames.Next()
+		if pkg, ok := strings.CutSuffix(fr.Function, ".(*Engine).Run"); ok {
+			if i := strings.LastIndex(pkg, "/campaigns/"); i >= 0 {
+				return pkg[i+len("/campaigns/"):]
+			}
+		}
+		if !more {
+			return ""
+		}
+	}
+}
+
+// waitPolls waits until engine's loop has made n more passes from now.
+// The pass running now may have read the state before the caller's last
+// change, so one more is waited for.
+func (c *e2eClock) waitPolls(t *testing.T, engine string, n int) {
+	t.Helper()
+	c.mu.Lock()
+	want := c.polls[engine] + n + 1
+	c.mu.Unlock()
+	t.Logf("%s engine: %d passes so far, waiting for %d", engine, want-n-1, want)
+	testwait.For(t, 30*time.Second, fmt.Sprintf("%d passes of the %s engine", n, engine), func() (bool, string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.polls[engine] >= want, fmt.Sprintf("%d of %d", c.polls[engine], want)
+	})
 }
 
 func (c *e2eClock) Now() time.Time {
@@ -111,6 +152,11 @@ func (c *e2eClock) Now() time.Time {
 }
 
 func (c *e2eClock) After(d time.Duration) <-chan time.Time {
+	if e := e2eEngineLoop(); e != "" {
+		c.mu.Lock()
+		c.polls[e]++
+		c.mu.Unlock()
+	}
 	wall := min(time.Duration(float64(d)/c.scale), c.maxWait)
 	ch := make(chan time.Time, 1)
 	time.AfterFunc(wall, func() { ch <- c.Now() })
@@ -151,6 +197,7 @@ type e2eDrainEvent struct {
 // was taken out of service and given back).
 type e2eFleet struct {
 	t     *testing.T
+	clock *e2eClock
 	srv   *coordinator.Server
 	drain *drain.None
 	nodes map[string]*sim.Node
@@ -180,7 +227,7 @@ func newE2EFleet(t *testing.T, clock *e2eClock, nodes ...e2eNode) *e2eFleet {
 // by mod (a drain policy).
 func newE2EFleetWith(t *testing.T, clock *e2eClock, mod func(*coordinator.Config), nodes ...e2eNode) *e2eFleet {
 	t.Helper()
-	f := &e2eFleet{t: t, nodes: map[string]*sim.Node{}, logs: &e2eLogs{}}
+	f := &e2eFleet{t: t, clock: clock, nodes: map[string]*sim.Node{}, logs: &e2eLogs{}}
 	f.drain = drain.NewNone(func(node string, st drain.Status) {
 		f.mu.Lock()
 		f.drains = append(f.drains, e2eDrainEvent{node: node, drained: st.Drained, reason: st.Reason})
@@ -774,7 +821,7 @@ suite:
 				return slices.ContainsFunc(n.Runs, func(r e2eBurninRun) bool { return r.Step == "burn" && r.State != "done" })
 			})
 		})
-	time.Sleep(500 * time.Millisecond) // five of the engine's polls
+	f.clock.waitPolls(t, "burnin", 5)
 	rep = e2eJSON[e2eBurninReport](f, "burnin", "report", id2)
 	if rep.Campaign.State != "cancelled" {
 		t.Errorf("campaign state after the stress ended: %+v", rep.Campaign)
@@ -944,7 +991,7 @@ func TestRolloutVerbsEndToEnd(t *testing.T) {
 		t.Errorf("rollout pause printed:\n%s", out)
 	}
 	f.cli("rollout", "approve", id)
-	time.Sleep(time.Second) // 30 s of the rollout's clock: two of its polls
+	f.clock.waitPolls(t, "rollout", 2)
 	st = f.rolloutStatus(id)
 	if !st.Paused || st.PauseReason != "change freeze" || st.node("gpu-002").State != "pending" || st.node("gpu-003").State != "pending" {
 		t.Fatalf("paused rollout moved after the approval: %+v", st)

@@ -103,6 +103,9 @@ type mockCluster struct {
 	faults *faultnet.Network
 	pools  []*Pool
 	recs   []*recorder
+	// logs are each member's warnings and errors (memberlist's refusals
+	// among them): proof that a member looked at what it refused.
+	logs []*lockedBuffer
 }
 
 func nodeName(i int) string { return fmt.Sprintf("n%d", i) }
@@ -133,13 +136,18 @@ func newMockCluster(t *testing.T, n int, modify func(i int, c *Config, started [
 		if modify != nil {
 			modify(i, &c, mc.pools)
 		}
-		rec := &recorder{}
-		p, err := New(c, testLogger(), rec)
+		rec, logs := &recorder{}, &lockedBuffer{}
+		logger := testLogger()
+		if os.Getenv("MEMBERSHIP_TEST_LOG") == "" {
+			logger = zerolog.New(logs).Level(zerolog.WarnLevel)
+		}
+		p, err := New(c, logger, rec)
 		if err != nil {
 			t.Fatalf("start %s: %v", c.NodeName, err)
 		}
 		mc.pools = append(mc.pools, p)
 		mc.recs = append(mc.recs, rec)
+		mc.logs = append(mc.logs, logs)
 	}
 	return mc
 }
@@ -178,4 +186,16 @@ func upTo(n int) []int {
 		out[i] = i
 	}
 	return out
+}
+
+// firstOther returns the first event of kind about a member other than self.
+func (r *recorder) firstOther(kind, self string) (recorded, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if e.kind == kind && e.member.Name != self {
+			return e, true
+		}
+	}
+	return recorded{}, false
 }

@@ -288,8 +288,18 @@ func TestForeignMembersDoNotJoin(t *testing.T) {
 			t.Errorf("%s: join succeeded", tc.name)
 		}
 	}
-	// Give stray gossip time to do harm, then check nobody got in.
-	time.Sleep(500 * time.Millisecond)
+	// n0 handles each join on a goroutine of its own, after the joiner
+	// has given up: wait until it has refused every one (its log says so),
+	// then check that nobody got in on either side, not even for a moment
+	// (n0's recorder saw every join event).
+	testwait.For(t, 10*time.Second, "n0 refusing every foreign join", func() (bool, string) {
+		logs := mc.logs[0].String()
+		return strings.Count(logs, `"subsystem":"memberlist"`) >= len(tests), logs
+	})
+	t.Logf("n0 refused with:\n%s", mc.logs[0].String())
+	if e, ok := mc.recs[0].firstOther("joined", "n0"); ok {
+		t.Fatalf("n0 saw %s join", e.member.Name)
+	}
 	if got := mc.pools[0].NumAlive(); got != 1 {
 		t.Fatalf("n0 sees %d alive members: %+v", got, mc.pools[0].Members())
 	}

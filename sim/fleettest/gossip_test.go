@@ -354,6 +354,42 @@ func TestGossipPartitionIsOnlyAHint(t *testing.T) {
 	noGossipEvents(t, f, others, holdAfterHeal)
 }
 
+// holdSteady watches for holdFor, and until the network has carried a
+// few probe rounds more (members kept looking at each other), that cond
+// holds at every look and that no node in nodes gets a new event speaking
+// of unreachable or gossip: every state change is an event, so a flap
+// between two looks is seen too.
+func holdSteady(t *testing.T, f *fleet, faults *faultnet.Network, nodes []*node, what string, cond func() bool) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, n := range nodes {
+		seen[n.name] = len(events(t, f.store(), n.name))
+	}
+	end := time.Now().Add(holdFor)
+	// A probe is a ping and its ack; each member probes once a round.
+	want := faults.Delivered() + uint64(2*3*(len(nodes)+1))
+	for {
+		if !cond() {
+			t.Fatalf("%s: no longer so: %+v", what, f.pool().Members())
+		}
+		for _, n := range nodes {
+			evs := events(t, f.store(), n.name) // newest first
+			for _, e := range evs[:max(0, len(evs)-seen[n.name])] {
+				if strings.Contains(e, "unreachable") || strings.Contains(e, "gossip") {
+					t.Fatalf("%s: %s: event %q", what, n.name, e)
+				}
+			}
+		}
+		if time.Now().After(end) && faults.Delivered() >= want {
+			return
+		}
+		if time.Now().After(end.Add(detectWithin)) {
+			t.Fatalf("%s: the network carried %d packets in %s, want %d: nobody probed", what, faults.Delivered(), holdFor+detectWithin, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // staleViewAfter is how long after its cut a partitioned member holds
 // every other member dead: the longest suspicion timeout (7.2 s) and a
 // probe round.
@@ -450,12 +486,9 @@ func TestGossipCleanStopIsLeft(t *testing.T) {
 
 	// Its agent said goodbye on the stream: left, not unreachable.
 	testwait.Until(t, waitLong, gone.name+" left from the stream's end", stateIs(f.store, gone.name, coordinator.StateLeft))
-	// Longer than the suspicion timeout: a left member stays left.
-	time.Sleep(holdFor)
-	if !f.gossipSees(gone.name, membership.StateLeft)() {
-		m, _ := f.pool().Member(gone.name)
-		t.Errorf("%s is %s in the pool after leaving, want left", gone.name, m.State)
-	}
+	// Longer than the suspicion timeout, while the pool keeps probing: a
+	// left member stays left.
+	holdSteady(t, f, faults, nodes, gone.name+" left in the pool", f.gossipSees(gone.name, membership.StateLeft))
 	if n := stateOf(t, f.store(), gone.name); strings.HasPrefix(n.StateReason, "gossip:") || n.Connected {
 		t.Errorf("%s after a clean stop: reason %q connected %v; want the stream's reason, not gossip's", gone.name, n.StateReason, n.Connected)
 	}
@@ -500,10 +533,7 @@ func TestGossipCoordinatorRestart(t *testing.T) {
 				})
 			}
 			// Stays so for a few probe rounds: nobody is flapping.
-			time.Sleep(holdFor)
-			if !f.allAlive(nodes)() {
-				t.Errorf("members after %s: %+v", holdFor, f.pool().Members())
-			}
+			holdSteady(t, f, faults, nodes, "every agent alive", f.allAlive(nodes))
 		})
 	}
 }
