@@ -70,6 +70,7 @@ console-screenshots: ## retake docs/console/*.png (the browser suite with CONSOL
 bench: ## benchmarks: analyze of an 8-GPU bundle and of the largest accepted kernel log (256 MiB), each parser, ingest; campaigns once each on the virtual clock
 	$(GO) test -run '^$$' -bench . -benchmem ./node/inspect/ ./node/probe/... ./node/host/... ./node/host/sim/ ./coordinator/store/ ./coordinator/
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./campaigns/sweep/ ./campaigns/rollout/ ./campaigns/burnin/ ./campaigns/drill/
+	$(GO) test -run '^$$' -bench RemediationScenarioFullSize -benchtime 1x ./sim/demo/
 
 demo: build ## the main job on the embedded default: a coordinator and 16 simulated nodes, faults, a fleet check
 	./$(BIN) demo

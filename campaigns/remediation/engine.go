@@ -234,6 +234,17 @@ func (e *Engine) Trigger(ctx context.Context, t Trigger) (string, error) {
 	if !known {
 		return "", fmt.Errorf("remediation: node %s: %w", t.Node, kit.ErrUnreachable)
 	}
+	why := e.suppressed(ctx, n, now)
+	if why != "" {
+		// One record per suppressed episode, not one per result.
+		last, err := loadItems(ctx, e.d.DB, `WHERE node = ? AND component = ? AND state = ?`, t.Node, t.Component, string(StateSuppressed))
+		if err != nil {
+			return "", err
+		}
+		if len(last) > 0 && last[0].Reason == why {
+			return last[0].ID, nil
+		}
+	}
 	e.seq++
 	r := &Remediation{ID: fmt.Sprintf("rem-%s-%d", now.UTC().Format("20060102"), e.seq), Node: t.Node, Component: t.Component,
 		Mode: e.cfg.Mode, Trigger: t, CreatedAt: now, UpdatedAt: now}
@@ -256,7 +267,7 @@ func (e *Engine) Trigger(ctx context.Context, t Trigger) (string, error) {
 	if r.Recurs != "" {
 		what += fmt.Sprintf("; recurred within %v of %s: climbed", e.cfg.RecurWindow, r.Recurs)
 	}
-	switch why := e.suppressed(ctx, n, now); {
+	switch {
 	case why != "":
 		r.State, r.Reason, r.FinishedAt = StateSuppressed, why, now
 		what += "; suppressed: " + why

@@ -35,7 +35,7 @@ the gossip pool, since every member shares this machine (docs/scale.md).
 terminal.
 
 --scenario picks what runs instead: the campaigns (sweep, rollout, burnin,
-drill) run the real campaign engines against a simulated fleet on a
+drill, remediation: 1,024 nodes, a month of faults) run the real campaign engines against a simulated fleet on a
 virtual clock, so simulated hours take seconds; all runs the fleet
 scenario, then every campaign.`,
 		Args: cobra.NoArgs,
@@ -114,7 +114,7 @@ scenario, then every campaign.`,
 	cmd.Flags().Int64Var(&opts.Seed, "seed", 1, "chooses which nodes get which fault")
 	cmd.Flags().BoolVar(&opts.Serve, "serve", false, "keep the coordinator and agents running after the scenario (Ctrl-C ends)")
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
-	cmd.Flags().StringVar(&scenario, "scenario", "fleet", "fleet (faults and a fleet check), sweep, rollout, burnin, drill, or all (fleet, then each campaign)")
+	cmd.Flags().StringVar(&scenario, "scenario", "fleet", "fleet (faults and a fleet check), sweep, rollout, burnin, drill, remediation, or all (fleet, then each campaign)")
 	cmd.Flags().StringVar(&html, "html", "", "with the burnin scenario, write its HTML acceptance report to this file")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log coordinator and agent activity")
 	return cmd

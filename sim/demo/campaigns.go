@@ -11,11 +11,15 @@ import (
 	"time"
 
 	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver the campaign engines' stores use
+
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 )
 
 // CampaignScenarios lists the campaign scenarios RunCampaign knows, in
 // the order "all" runs them.
-func CampaignScenarios() []string { return []string{"sweep", "rollout", "burnin", "drill"} }
+func CampaignScenarios() []string {
+	return []string{"sweep", "rollout", "burnin", "drill", "remediation"}
+}
 
 // CampaignOptions shape the campaign scenarios. They run the real campaign
 // engines against simfleet on its virtual clock: simulated hours take
@@ -30,14 +34,20 @@ type CampaignOptions struct {
 	// Dir holds the engines' SQLite stores; "" uses a temporary directory
 	// that is removed afterwards.
 	Dir string
+	// RemediationNodes and RemediationDays size the remediation scenario
+	// (0: the full 1,024 nodes and 30 days).
+	RemediationNodes, RemediationDays int
+	// remediationConfig lets tests break the engine's config on purpose.
+	remediationConfig func(*remediation.Config)
 }
 
 // Campaigns is what the campaign scenarios found, for -o json.
 type Campaigns struct {
-	Sweep   *SweepResult   `json:"sweep,omitempty"`
-	Rollout *RolloutResult `json:"rollout,omitempty"`
-	Burnin  *BurninResult  `json:"burnin,omitempty"`
-	Drill   *DrillResult   `json:"drill,omitempty"`
+	Sweep       *SweepResult       `json:"sweep,omitempty"`
+	Rollout     *RolloutResult     `json:"rollout,omitempty"`
+	Burnin      *BurninResult      `json:"burnin,omitempty"`
+	Drill       *DrillResult       `json:"drill,omitempty"`
+	Remediation *RemediationResult `json:"remediation,omitempty"`
 }
 
 // RunCampaign runs one campaign scenario by name and records its outcome
@@ -64,6 +74,8 @@ func RunCampaign(ctx context.Context, name string, opts CampaignOptions, into *C
 		into.Burnin, err = runBurnin(ctx, opts)
 	case "drill":
 		into.Drill, err = runDrill(ctx, opts)
+	case "remediation":
+		into.Remediation, err = runRemediation(ctx, opts)
 	default:
 		return fmt.Errorf("unknown campaign scenario %q (want one of %s)", name, strings.Join(CampaignScenarios(), ", "))
 	}
