@@ -110,7 +110,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With().Str("subsystem", "console").Logger(),
 		authz: a, toks: toks, sess: sess, pages: p}
-	s.snap.ttl = min(time.Second, cfg.Refresh/2)
+	// Consoles polling together share one read of the nodes per refresh
+	// (at most 5 s old): ten open consoles cost one read, not ten.
+	s.snap.ttl = min(5*time.Second, cfg.Refresh)
 	s.snap.now = opts.Now
 	s.routes()
 	return s, nil

@@ -158,7 +158,7 @@ func TestLivePartUpdatesWithETag(t *testing.T) {
 		t.Errorf("unchanged live part: %d, want 304", code)
 	}
 	src.setState("gpu-00010", "failed", "ib.ports", report.Fail)
-	clk.add(2 * time.Second) // past the shared read's moment
+	clk.add(10 * time.Second) // past the shared read's refresh
 	code, body, h = get(t, c, ts.URL+"/fleet?sel=rack%3Dr002", liveHeader, "1", "If-None-Match", etag)
 	if code != 200 || h.Get("ETag") == etag {
 		t.Fatalf("changed live part: %d, etag %s", code, h.Get("ETag"))

@@ -34,7 +34,7 @@ func bad(state string) bool {
 }
 
 // fleetCache shares one read of the nodes between the pages and polls of
-// every open console for a moment: ten consoles polling cost one read.
+// every open console for one refresh: ten consoles polling cost one read.
 type fleetCache struct {
 	ttl time.Duration
 	now func() time.Time
