@@ -45,6 +45,8 @@ const (
 	chartDir    = "fleetcheck"
 	shippedRule = "../prometheus/fleetcheck-rules.yml"
 	chartRules  = "fleetcheck/files/fleetcheck-rules.yml"
+	shippedDash = "../grafana/fleetcheck.json"
+	chartDash   = "fleetcheck/files/fleetcheck-dashboard.json"
 	release     = "fc"
 	namespace   = "gpu-health"
 )
@@ -67,6 +69,7 @@ coordinator:
 metrics:
   serviceMonitor: {enabled: true, labels: {release: prom}}
   prometheusRule: {enabled: true}
+  grafanaDashboard: {enabled: true, annotations: {grafana_folder: GPU fleet}}
 `
 
 // crdKinds are the kinds client-go's scheme does not know: they decode
@@ -268,7 +271,7 @@ func TestChartRenders(t *testing.T) {
 				t.Errorf("service ports %v", ports)
 			}
 		}},
-		{"non-default", nonDefault, sorted(append(slices.Clone(base), "Certificate", "PrometheusRule", "Service", "ServiceMonitor", "ServiceMonitor")), func(t *testing.T, r rendered) {
+		{"non-default", nonDefault, sorted(append(slices.Clone(base), "Certificate", "ConfigMap", "PrometheusRule", "Service", "ServiceMonitor", "ServiceMonitor")), func(t *testing.T, r rendered) {
 			ps := find[*appsv1.DaemonSet](t, r).Spec.Template.Spec
 			if ps.RuntimeClassName == nil || *ps.RuntimeClassName != "nvidia" {
 				t.Errorf("runtimeClassName %v, want nvidia", ps.RuntimeClassName)
@@ -533,4 +536,58 @@ func TestPrometheusRuleIsShippedRules(t *testing.T) {
 func sorted(s []string) []string {
 	sort.Strings(s)
 	return s
+}
+
+// TestGrafanaDashboardIsShipped: the chart's copy of the dashboard
+// (fleetcheck/files/fleetcheck-dashboard.json, because .Files.Get reads
+// only inside the chart) is byte for byte deploy/grafana/fleetcheck.json,
+// and metrics.grafanaDashboard renders it as the ConfigMap Grafana's
+// sidecar loads: its label, the annotations and namespace asked for.
+func TestGrafanaDashboardIsShipped(t *testing.T) {
+	t.Parallel()
+	shipped, err := os.ReadFile(shippedDash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := os.ReadFile(chartDash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(shipped, copied) {
+		t.Fatalf("%s differs from %s: cp %s %s", chartDash, shippedDash, shippedDash, chartDash)
+	}
+	dashboardMap := func(r rendered) *corev1.ConfigMap {
+		for _, o := range r.typed {
+			if cm, ok := o.(*corev1.ConfigMap); ok && cm.Name == "fc-fleetcheck-grafana-dashboard" {
+				return cm
+			}
+		}
+		return nil
+	}
+	r, err := render(t, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm := dashboardMap(r); cm != nil {
+		t.Errorf("dashboard ConfigMap rendered by default: %s", cm.Name)
+	}
+	r, err = render(t, "metrics: {grafanaDashboard: {enabled: true, namespace: monitoring, annotations: {grafana_folder: GPU fleet}}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := dashboardMap(r)
+	if cm == nil {
+		t.Fatal("no dashboard ConfigMap")
+	}
+	if cm.Labels["grafana_dashboard"] != "1" || cm.Annotations["grafana_folder"] != "GPU fleet" || cm.Namespace != "monitoring" {
+		t.Errorf("ConfigMap %s/%s labels %v annotations %v", cm.Namespace, cm.Name, cm.Labels, cm.Annotations)
+	}
+	got := cm.Data["fleetcheck.json"]
+	if strings.TrimSpace(got) != strings.TrimSpace(string(shipped)) {
+		t.Errorf("ConfigMap's fleetcheck.json differs from %s (%d bytes, want %d)", shippedDash, len(got), len(shipped))
+	}
+	var model map[string]any
+	if err := json.Unmarshal([]byte(got), &model); err != nil || model["uid"] != "fleetcheck-fleet" {
+		t.Errorf("rendered dashboard is not the model: uid %v, %v", model["uid"], err)
+	}
 }
