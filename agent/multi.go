@@ -53,7 +53,7 @@ func (a *Agent) admitMulti(ctx context.Context, rc *fleetcheckv1.RunChecks) stri
 	if len(rc.GetParams()) > 0 {
 		return "a multi-node run takes no parameters: multi_node.launcher_command fixes them"
 	}
-	if !requestIDRE.MatchString(rc.GetMultiId()) {
+	if !requestIDRE().MatchString(rc.GetMultiId()) {
 		return "missing or malformed multi_id"
 	}
 	if why := a.validParticipants(rc.GetRole(), rc.GetParticipants()); why != "" {
