@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/checks"
 )
 
@@ -25,6 +24,10 @@ type gpuExpectation struct {
 const (
 	labelGPUCount = "nvidia.com/gpu.count"
 	labelSKU      = "sku"
+	// labelBaselineSKU is labelBaselineSKU (a test holds them equal),
+	// not imported: package baselines carries its store and the SQL
+	// drivers under it into the node build, for one string.
+	labelBaselineSKU = "baseline-sku"
 )
 
 // skuCount is the xN word of a baseline SKU.
@@ -46,14 +49,14 @@ func expectedGPUs(in checks.Input) gpuExpectation {
 			return gpuExpectation{count: n, some: true, why: fmt.Sprintf("label %s=%s", labelGPUCount, v)}
 		}
 	}
-	if v, ok := l[baselines.SKULabel]; ok {
+	if v, ok := l[labelBaselineSKU]; ok {
 		if m := skuCount.FindStringSubmatch(strings.ToLower(v)); m != nil {
 			if n, _ := strconv.Atoi(m[1]); n > 0 {
-				return gpuExpectation{count: n, some: true, why: fmt.Sprintf("label %s=%s", baselines.SKULabel, v)}
+				return gpuExpectation{count: n, some: true, why: fmt.Sprintf("label %s=%s", labelBaselineSKU, v)}
 			}
 		}
 	}
-	for _, key := range []string{labelSKU, baselines.SKULabel} {
+	for _, key := range []string{labelSKU, labelBaselineSKU} {
 		v, ok := l[key]
 		if !ok {
 			continue

@@ -27,6 +27,8 @@ func forbiddenInNode(pkg string) string {
 		return "Kubernetes client libraries"
 	case strings.Contains(strings.ToLower(pkg), "sqlite"):
 		return "SQLite"
+	case strings.HasPrefix(pkg, "github.com/jackc/pgx") || pkg == module+"internal/sqldb":
+		return "PostgreSQL driver or the SQL layer over it"
 	case strings.HasPrefix(pkg, module):
 		for _, part := range strings.Split(strings.TrimPrefix(pkg, module), "/") {
 			if slices.Contains(serverOnly, part) {
@@ -112,7 +114,7 @@ func TestNodeBuildDependencies(t *testing.T) {
 			found[strings.Fields(why)[0]] = true
 		}
 	}
-	for _, want := range []string{"Kubernetes", "SQLite", "server-side"} {
+	for _, want := range []string{"Kubernetes", "SQLite", "PostgreSQL", "server-side"} {
 		if !found[want] {
 			t.Errorf("the full build shows no %s package: the guard's matcher is broken", want)
 		}
@@ -136,6 +138,9 @@ func TestForbiddenInNode(t *testing.T) {
 		{module + "sim/loadgen", true},
 		{module + "sim/demo", true},
 		{module + "internal/drain/kubernetes", true},
+		{"github.com/jackc/pgx/v5/pgconn", true},
+		{module + "internal/sqldb", true},
+		{module + "baselines/reference", false},
 		{module + "agent", false},
 		{module + "agent/spool", false},
 		{module + "checks/gpu", false},
