@@ -96,7 +96,7 @@ func WithDialOptions(d ...grpc.DialOption) Option {
 // WithTimeouts tunes the stream's timing: how long to wait for the
 // welcome, how long a connection must last to reset the backoff, and how
 // long a sent result may go unacknowledged before the stream is redone.
-// Zero keeps a default (30s, 30s, 2m).
+// Zero keeps a default (reconnect.hello_timeout, 30s, 2m).
 func WithTimeouts(hello, healthyAfter, ack time.Duration) Option {
 	return func(o *options) {
 		if hello > 0 {
@@ -175,7 +175,7 @@ func New(cfg *Config, h host.Host, logger zerolog.Logger, opts ...Option) (*Agen
 	o := options{
 		version:      "dev",
 		metrics:      nopMetrics{},
-		helloTimeout: 30 * time.Second,
+		helloTimeout: time.Duration(cfg.Reconnect.HelloTimeout),
 		healthyAfter: 30 * time.Second,
 		ackTimeout:   2 * time.Minute,
 		window:       32,

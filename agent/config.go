@@ -132,6 +132,10 @@ type SpoolConfig struct {
 type ReconnectConfig struct {
 	Initial config.Duration `yaml:"initial"`
 	Max     config.Duration `yaml:"max"`
+	// HelloTimeout is how long a coordinator may take to welcome the
+	// agent before it is left for the next one: a paused (SIGSTOPped)
+	// coordinator accepts the connection and answers nothing.
+	HelloTimeout config.Duration `yaml:"hello_timeout"`
 }
 
 // Activity is what the node is doing, as far as the agent knows.
@@ -262,6 +266,7 @@ const (
 	DefaultSpoolBytes     = 256 << 20
 	DefaultReconnectInit  = time.Second
 	DefaultReconnectMax   = 30 * time.Second
+	DefaultHelloTimeout   = 30 * time.Second
 	DefaultStateDir       = "/var/lib/fleetcheck"
 	// DefaultMetricsListen keeps /metrics on loopback: a node's
 	// measurements are for the local Prometheus agent or a scraper
@@ -286,8 +291,9 @@ func DefaultConfig() *Config {
 			MaxTimeout:     config.Duration(DefaultMaxWorkTimeout),
 			MaxConcurrent:  DefaultMaxConcurrent,
 		},
-		Spool:         SpoolConfig{MaxResults: DefaultSpoolResults, MaxBytes: DefaultSpoolBytes},
-		Reconnect:     ReconnectConfig{Initial: config.Duration(DefaultReconnectInit), Max: config.Duration(DefaultReconnectMax)},
+		Spool: SpoolConfig{MaxResults: DefaultSpoolResults, MaxBytes: DefaultSpoolBytes},
+		Reconnect: ReconnectConfig{Initial: config.Duration(DefaultReconnectInit), Max: config.Duration(DefaultReconnectMax),
+			HelloTimeout: config.Duration(DefaultHelloTimeout)},
 		MetricsListen: DefaultMetricsListen,
 		Checks:        *config.Defaults(),
 	}
@@ -475,6 +481,7 @@ var (
 	rangeSpoolBytes    = config.R[ByteSize](1<<20, 64<<30)
 	rangeReconnectInit = config.R(config.Duration(10*time.Millisecond), config.Duration(10*time.Minute))
 	rangeReconnectMax  = config.R(config.Duration(10*time.Millisecond), config.Duration(time.Hour))
+	rangeHelloTimeout  = config.R(config.Duration(time.Second), config.Duration(10*time.Minute))
 	rangeCoordinators  = config.R(1, 16)                                                         // entries of coordinators:
 	rangeActionTimeout = config.R(config.Duration(time.Second), config.Duration(7*24*time.Hour)) // a burn-in stress runs for a day
 	rangeRevertAfter   = config.R(config.Duration(time.Second), config.Duration(7*24*time.Hour))
@@ -498,6 +505,7 @@ func (c *Config) checkRanges() error {
 		rangeSpoolBytes.Check("spool.max_bytes", c.Spool.MaxBytes),
 		rangeReconnectInit.Check("reconnect.initial", c.Reconnect.Initial),
 		rangeReconnectMax.Check("reconnect.max", c.Reconnect.Max),
+		rangeHelloTimeout.Check("reconnect.hello_timeout", c.Reconnect.HelloTimeout),
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Actions)) {
 		a, key := c.Actions[name], "actions."+name

@@ -330,3 +330,41 @@ func TestCoordinatorsConfig(t *testing.T) {
 		}
 	}
 }
+
+// A paused coordinator (it takes the connection and the hello, and says
+// nothing) is left after reconnect.hello_timeout for the next one.
+func TestFailoverFromAFrozenCoordinator(t *testing.T) {
+	t.Parallel()
+	db := newSharedDB()
+	frozen, good := startLive(t, db), startLive(t, db)
+	frozen.set(func(c *fakeCoord) { c.noWelcome = true })
+	cfg := testConfig(t)
+	cfg.Coordinator = ""
+	cfg.Node = "gpu-frozen-first"
+	// The node's own first place is the frozen one.
+	if firstEndpoint(cfg.Node, 2) == 0 {
+		cfg.Coordinators = []string{frozen.addr, good.addr}
+	} else {
+		cfg.Coordinators = []string{good.addr, frozen.addr}
+	}
+	cfg.Reconnect.HelloTimeout = config.Duration(time.Second)
+	a, err := New(cfg, &fakeHost{}, nopLogger(), WithBackoff(&recBackoff{wait: 10 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	start := time.Now()
+	testwait.Until(t, 10*time.Second, "the agent welcomed by the other coordinator", func() bool { return good.connected() })
+	var hellos int
+	frozen.get(func(c *fakeCoord) { hellos = len(c.hellos) })
+	if hellos == 0 {
+		t.Fatal("the agent never tried the frozen coordinator first")
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Errorf("left the frozen coordinator after %s, before hello_timeout 1s", took)
+	}
+	testwait.Until(t, 5*time.Second, "a result stored", func() bool { r, _ := db.counts(); return r >= 1 })
+}

@@ -33,6 +33,7 @@ func TestAgentConfigRanges(t *testing.T) {
 		{"spool.max_bytes", "spool: {max_bytes: 1TiB}"},
 		{"reconnect.initial", "reconnect: {initial: 1ms}"},
 		{"reconnect.max", "reconnect: {max: 2h}"},
+		{"reconnect.hello_timeout", "reconnect: {hello_timeout: 100ms}"},
 		{"actions.*.timeout", act + "timeout: 200h}}"},
 		{"actions.*.revert_after_default", "actions: {fault: {command: [/bin/true], revert: undo, revert_after_default: 100ms}, undo: {command: [/bin/true]}}"},
 		{"actions.*.revert_after_max", "actions: {fault: {command: [/bin/true], revert: undo, revert_after_max: 9000h}, undo: {command: [/bin/true]}}"},
