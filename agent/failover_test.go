@@ -368,3 +368,26 @@ func TestFailoverFromAFrozenCoordinator(t *testing.T) {
 	}
 	testwait.Until(t, 5*time.Second, "a result stored", func() bool { r, _ := db.counts(); return r >= 1 })
 }
+
+// examples/agent-ha.yaml loads, and its agent would try each of the three
+// coordinators in turn, each under its own name.
+func TestExampleHAAgent(t *testing.T) {
+	t.Parallel()
+	c, err := LoadConfig("../examples/agent-ha.yaml")
+	if err != nil {
+		t.Fatalf("examples/agent-ha.yaml: %v", err)
+	}
+	if time.Duration(c.Reconnect.HelloTimeout) != 10*time.Second {
+		t.Errorf("hello_timeout %s", time.Duration(c.Reconnect.HelloTimeout))
+	}
+	noDNS := func(context.Context, string) ([]string, error) { return nil, errors.New("no DNS in tests") }
+	r := &rotation{node: c.Node, addrs: c.coordinatorAddrs(), lookup: noDNS}
+	seen := map[string]bool{}
+	for range 3 {
+		seen[r.pick(context.Background()).addr] = true
+		r.done(false)
+	}
+	if len(seen) != 3 {
+		t.Errorf("three attempts tried %v, want each coordinator once", seen)
+	}
+}
