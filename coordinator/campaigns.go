@@ -83,7 +83,7 @@ type campaigns struct {
 	policy  *drainPolicy     // nil when the drain policy is off
 	conds   *conditionWriter // nil unless the drain adapter writes node conditions
 	sweep   *sweep.Engine
-	sweeps  *sweep.SQLiteStore // the sweep engine's store, listed for /metrics
+	sweeps  sweep.Store // the sweep engine's store, listed for /metrics
 	rollout *rollout.Engine
 	burnin  *burnin.Engine
 	drill   *drill.Engine
@@ -106,7 +106,8 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 			_ = c.db.Close() // the start error is the one to report
 		}
 	}()
-	c.bl, err = baselines.NewSQLStore(sqldb.Wrap(c.db, st.Dialect(), nil),
+	sdb := sqldb.Wrap(c.db, st.Dialect(), nil)
+	c.bl, err = baselines.NewSQLStore(sdb,
 		baselines.WithSQLReader(st.ReaderSQLDB()), baselines.WithClock(s.now))
 	if err != nil {
 		return nil, fmt.Errorf("baselines: %w", err)
@@ -140,22 +141,21 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	if c.breaker, err = kit.NewBreaker(kit.BreakerConfig{Window: bc.Window, MaxShare: bc.MaxShare, MaxCount: bc.MaxCount}, clock); err != nil {
 		return nil, fmt.Errorf("breaker: %w", err)
 	}
-	sst, err := sweep.NewSQLiteStore(ctx, c.db)
-	if err != nil {
-		return nil, fmt.Errorf("sweep store: %w", err)
-	}
-	c.sweeps = sst
-	if c.sweep, err = sweep.New(sweep.Config{Fleet: c.fleet, Store: sst, Baselines: sweep.FinderSource{Finder: c.bl},
-		Clock: clock, Drainer: adapter, Breaker: c.breaker, Logger: c.log}); err != nil {
+	// One Deps for every engine: they share the database, clock, breaker
+	// and which nodes campaigns hold.
+	deps := kit.Deps{DB: sdb, Fleet: c.fleet, Clock: clock, Drainer: adapter, Breaker: c.breaker, Busy: &kit.Busy{}, Logger: c.log}
+	if c.sweep, err = sweep.New(ctx, deps, sweep.Options{Baselines: sweep.FinderSource{Finder: c.bl}}); err != nil {
 		return nil, fmt.Errorf("sweep: %w", err)
 	}
-	if c.rollout, err = rollout.NewEngine(c.db, c.fleet, adapter, c.breaker, clock, c.log, rollout.WithBaselines(c.bl)); err != nil {
+	sst := c.sweep.Store()
+	c.sweeps = sst
+	if c.rollout, err = rollout.New(ctx, deps, rollout.Options{Baselines: c.bl}); err != nil {
 		return nil, fmt.Errorf("rollout: %w", err)
 	}
-	if c.burnin, err = burnin.NewEngine(c.db, c.fleet, adapter, c.breaker, c.bl, clock, c.log); err != nil {
+	if c.burnin, err = burnin.New(ctx, deps, burnin.Options{Baselines: c.bl}); err != nil {
 		return nil, fmt.Errorf("burnin: %w", err)
 	}
-	if c.drill, err = drill.NewEngine(c.db, c.fleet, adapter, c.breaker, clock, c.log); err != nil {
+	if c.drill, err = drill.New(ctx, deps, drill.Options{}); err != nil {
 		return nil, fmt.Errorf("drill: %w", err)
 	}
 	// The breaker keeps its window in memory: the campaigns' own records

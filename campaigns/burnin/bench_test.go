@@ -2,11 +2,9 @@ package burnin
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -16,7 +14,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
-	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
@@ -90,14 +88,8 @@ func BenchmarkBurnin256Standard(b *testing.B) {
 			}
 		}
 		fleet := &simBurnin{Fleet: sf, clock: sf.Clock()}
-		db, err := sql.Open("sqlite3", "file:"+filepath.Join(b.TempDir(), "fc.db")+"?_busy_timeout=10000&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate")
-		if err != nil {
-			b.Fatal(err)
-		}
-		// One connection, as the coordinator's store gives its writers:
-		// SQLite has one writer at a time anyway.
-		db.SetMaxOpenConns(1)
-		store, err := baselines.NewStore(db)
+		db := dbtest.SQLite(b)
+		store, err := baselines.NewStore(db.SQL())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -107,7 +99,7 @@ func BenchmarkBurnin256Standard(b *testing.B) {
 			Direction: baselines.HigherBetter, Samples: st}); err != nil {
 			b.Fatal(err)
 		}
-		eng, err := NewEngine(db, fleet, drain.NewNone(nil), nil, store, fleet.clock, zerolog.New(io.Discard))
+		eng, err := New(context.Background(), kit.Deps{DB: db, Fleet: fleet, Clock: fleet.clock, Logger: zerolog.New(io.Discard)}, Options{Baselines: store})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // BaselineStore is what burn-in needs of the baselines: candidates to
@@ -29,45 +30,36 @@ type BaselineStore interface {
 	Record(ctx context.Context, key baselines.Key, samples []float64, who, fromRun, note string) (baselines.Baseline, error)
 }
 
-// Option tunes an Engine.
-type Option func(*Engine)
-
-// WithPollInterval sets how long Run waits when no campaign can move
-// (default 5s on the engine's clock).
-func WithPollInterval(d time.Duration) Option {
-	return func(e *Engine) {
-		if d > 0 {
-			e.poll = d
-		}
-	}
-}
-
-// WithDrainTimeout bounds how long a node may take to be drained with no
-// work left on it before it is rejected as not drained (default 4h).
-func WithDrainTimeout(d time.Duration) Option {
-	return func(e *Engine) {
-		if d > 0 {
-			e.drainTimeout = d
-		}
-	}
+// Options are the burn-in engine's own knobs; zero values take defaults.
+type Options struct {
+	// Baselines to compare with and record into (nil: a missing baseline
+	// is inconclusive unless the spec says baseline.missing: peers).
+	// *baselines.Store fits.
+	Baselines BaselineStore
+	// Poll is how long Run waits when no campaign can move (default 5s on
+	// the engine's clock).
+	Poll time.Duration
+	// DrainTimeout bounds how long a node may take to be drained with no
+	// work left on it before it is rejected as not drained (default 4h).
+	DrainTimeout time.Duration
 }
 
 // Engine drives burn-in campaigns. Its methods are safe for concurrent use;
 // one Run (or Step) drives campaigns at a time.
 type Engine struct {
-	db           *sql.DB
+	db           *sqldb.DB
 	fleet        kit.Fleet
 	drain        drain.Adapter
 	breaker      *kit.Breaker
+	busy         *kit.Busy
 	base         BaselineStore
 	clock        kit.Clock
 	log          zerolog.Logger
 	poll         time.Duration
 	drainTimeout time.Duration
 
-	drive   sync.Mutex // one driver (Run/Step) at a time
-	startMu sync.Mutex // Start checks and claims nodes atomically
-	seq     atomic.Int64
+	drive sync.Mutex // one driver (Run/Step) at a time
+	seq   atomic.Int64
 	// waits: nodes whose turn found their agent away (campaign/node).
 	waits kit.ConnectWaits
 }
@@ -79,43 +71,38 @@ const (
 	maxDrainAttempts    = 3
 )
 
-// NewEngine creates the burnin_ tables when missing and returns an engine.
-// dr may be nil (record only: drain.None), breaker and store may be nil (no
-// breaker; no baselines: a missing baseline is then inconclusive unless
-// the spec says baseline.missing: peers). db must allow writes; with more
-// than one connection its DSN should make transactions immediate and set a
-// busy timeout, as the coordinator's store does.
-func NewEngine(db *sql.DB, fleet kit.Fleet, dr drain.Adapter, breaker *kit.Breaker, store BaselineStore,
-	clock kit.Clock, logger zerolog.Logger, opts ...Option) (*Engine, error) {
-	if db == nil || fleet == nil {
-		return nil, errors.New("burnin engine: database and fleet are required")
+// New creates or upgrades the burnin_ tables and returns an engine; it
+// registers its running campaigns' nodes in d.Busy and gives the breaker
+// back the drains it made.
+func New(ctx context.Context, d kit.Deps, opts Options) (*Engine, error) {
+	d, err := d.Check("burnin engine")
+	if err != nil {
+		return nil, err
 	}
-	if dr == nil {
-		dr = drain.NewNone(nil)
+	e := &Engine{db: d.DB, fleet: d.Fleet, drain: d.Drainer, breaker: d.Breaker, busy: d.Busy, base: opts.Baselines,
+		clock: d.Clock, log: d.Logger, poll: DefaultPoll, drainTimeout: DefaultDrainTimeout}
+	if opts.Poll > 0 {
+		e.poll = opts.Poll
 	}
-	if clock == nil {
-		clock = kit.WallClock{}
+	if opts.DrainTimeout > 0 {
+		e.drainTimeout = opts.DrainTimeout
 	}
-	e := &Engine{db: db, fleet: fleet, drain: dr, breaker: breaker, base: store, clock: clock,
-		log: logger, poll: DefaultPoll, drainTimeout: DefaultDrainTimeout}
-	for _, o := range opts {
-		o(e)
-	}
-	if err := migrate(context.Background(), db, clock.Now()); err != nil {
+	if err := schema.Migrate(ctx, e.db, e.clock.Now()); err != nil {
 		return nil, fmt.Errorf("burnin engine: %w", err)
 	}
 	var maxSeq sql.NullInt64
-	if err := db.QueryRow(`SELECT MAX(seq) FROM burnin_campaigns`).Scan(&maxSeq); err != nil {
+	if err := e.db.QueryRowContext(ctx, `SELECT MAX(seq) FROM burnin_campaigns`).Scan(&maxSeq); err != nil {
 		return nil, fmt.Errorf("burnin engine: %w", err)
 	}
 	e.seq.Store(maxSeq.Int64)
 	// The breaker keeps its window in memory: give it back the drains
 	// this engine made, so a restart does not reopen the window.
-	recs, err := e.DrainRecords(context.Background())
+	recs, err := e.DrainRecords(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("burnin engine: %w", err)
 	}
-	breaker.Restore(recs)
+	e.breaker.Restore(recs)
+	e.busy.Register("burnin", e.busyNodes)
 	return e, nil
 }
 
@@ -174,22 +161,30 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 		}
 	}
 
-	e.startMu.Lock()
-	defer e.startMu.Unlock()
-	busy, err := e.busyNodes(ctx)
+	var id string
+	err = e.busy.Claim(ctx, func(busy map[string]string) error {
+		var clash []string
+		for _, n := range nodes {
+			if who, ok := busy[n.Name]; ok {
+				clash = append(clash, n.Name+" ("+who+")")
+			}
+		}
+		if len(clash) > 0 {
+			return fmt.Errorf("start burn-in: %w: %s", ErrBusy, strings.Join(clash, ", "))
+		}
+		var err error
+		id, err = e.create(ctx, spec, nodes)
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
-	var clash []string
-	for _, n := range nodes {
-		if id, ok := busy[n.Name]; ok {
-			clash = append(clash, n.Name+" ("+id+")")
-		}
-	}
-	if len(clash) > 0 {
-		return "", fmt.Errorf("start burn-in: %w: %s", ErrBusy, strings.Join(clash, ", "))
-	}
+	e.log.Info().Str("campaign", id).Int("nodes", len(nodes)).Str("level", string(spec.Level)).Msg("burn-in started")
+	return id, nil
+}
 
+// create writes a new campaign with its nodes and single-node plan.
+func (e *Engine) create(ctx context.Context, spec *Spec, nodes []kit.Node) (string, error) {
 	now := e.clock.Now()
 	id := kit.NewID("b", now)
 	seq := e.seq.Add(1)
@@ -197,92 +192,70 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 	if name == "" {
 		name = id
 	}
-	tx, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		return "", fmt.Errorf("start burn-in: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_campaigns (`+campaignCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, '')`,
-		id, seq, name, campaigndb.JSON(spec), string(StateRunning), string(PhaseNodes), "", campaigndb.Time(now), campaigndb.Time(now)); err != nil {
-		return "", fmt.Errorf("start burn-in: write campaign: %w", err)
-	}
 	var single []Step
 	for _, st := range spec.Suite.Steps {
 		if st.Kind != StepPairs {
 			single = append(single, st)
 		}
 	}
-	runSeq := 0
-	for _, n := range nodes {
-		sku := spec.Baseline.SKU
-		if sku == "" {
-			sku = baselines.SKUFromInventory(n.Inventory, n.Labels)
+	err := e.db.Tx(ctx, func(tx *sqldb.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_campaigns (`+campaignCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, '')`,
+			id, seq, name, campaigndb.JSON(spec), string(StateRunning), string(PhaseNodes), "", campaigndb.Time(now), campaigndb.Time(now)); err != nil {
+			return fmt.Errorf("write campaign: %w", err)
 		}
-		labels := n.Labels
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_nodes (campaign_id, `+nodeCols+`, since) VALUES (?, ?, ?, 0, 0, ?, ?, ?, '', '', 0, '', ?, ?)`,
-			id, n.Name, string(NodePending), campaigndb.JSON(labels), campaigndb.JSON(n.Inventory), sku, campaigndb.Time(now), campaigndb.Time(now)); err != nil {
-			return "", fmt.Errorf("start burn-in: write node %s: %w", n.Name, err)
-		}
-		for rep := 1; rep <= spec.Repeats; rep++ {
-			for _, st := range single {
-				runSeq++
-				if err := insertRun(ctx, tx, id, Run{Seq: runSeq, Node: n.Name, Repeat: rep, Step: st.Name, Kind: st.Kind}); err != nil {
-					return "", err
+		runSeq := 0
+		for _, n := range nodes {
+			sku := spec.Baseline.SKU
+			if sku == "" {
+				sku = baselines.SKUFromInventory(n.Inventory, n.Labels)
+			}
+			labels := n.Labels
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_nodes (campaign_id, `+nodeCols+`, since) VALUES (?, ?, ?, 0, 0, ?, ?, ?, '', '', 0, '', ?, ?)`,
+				id, n.Name, string(NodePending), campaigndb.JSON(labels), campaigndb.JSON(n.Inventory), sku, campaigndb.Time(now), campaigndb.Time(now)); err != nil {
+				return fmt.Errorf("write node %s: %w", n.Name, err)
+			}
+			for rep := 1; rep <= spec.Repeats; rep++ {
+				for _, st := range single {
+					runSeq++
+					if err := insertRun(ctx, tx, id, Run{Seq: runSeq, Node: n.Name, Repeat: rep, Step: st.Name, Kind: st.Kind}); err != nil {
+						return err
+					}
 				}
 			}
 		}
+		return events.Add(ctx, tx, id, "", now, fmt.Sprintf("started: %d nodes, level %s, suite %s, %d repeats", len(nodes), spec.Level, spec.Suite.Name, spec.Repeats))
+	})
+	if err != nil {
+		return "", fmt.Errorf("start burn-in: %w", err)
 	}
-	if err := events.Add(ctx, tx, id, "", now, fmt.Sprintf("started: %d nodes, level %s, suite %s, %d repeats", len(nodes), spec.Level, spec.Suite.Name, spec.Repeats)); err != nil {
-		return "", err
-	}
-	if err := tx.Commit(); err != nil {
-		return "", fmt.Errorf("start burn-in: commit: %w", err)
-	}
-	e.log.Info().Str("campaign", id).Int("nodes", len(nodes)).Str("level", string(spec.Level)).Msg("burn-in started")
 	return id, nil
 }
 
-// busyNodes maps nodes in running campaigns to their campaign.
+// busyNodes lists the nodes of running campaigns, for kit.Busy.
 func (e *Engine) busyNodes(ctx context.Context) (map[string]string, error) {
-	rows, err := e.db.QueryContext(ctx, `SELECT n.node, n.campaign_id FROM burnin_nodes n
+	return campaigndb.Held(ctx, e.db, "burnin", `SELECT n.node, n.campaign_id FROM burnin_nodes n
 		JOIN burnin_campaigns c ON c.id = n.campaign_id WHERE c.state = ?`, string(StateRunning))
-	if err != nil {
-		return nil, fmt.Errorf("running campaigns: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var n, id string
-		if err := rows.Scan(&n, &id); err != nil {
-			return nil, fmt.Errorf("running campaigns: %w", err)
-		}
-		out[n] = id
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("running campaigns: %w", err)
-	}
-	return out, nil
 }
 
 // Cancel stops a running campaign. Nodes keep their drain: a burn-in that
 // did not finish never returns unproven nodes to service.
 func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
 	now := e.clock.Now()
-	res, err := e.db.ExecContext(ctx, `UPDATE burnin_campaigns SET state = ?, reason = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?`,
+	n, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_campaigns SET state = ?, reason = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?`,
 		string(StateCancelled), reason, campaigndb.Time(now), campaigndb.Time(now), id, string(StateRunning))
 	if err != nil {
 		return fmt.Errorf("cancel %s: %w", id, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		if _, err := getCampaign(ctx, e.db, id); err != nil {
 			return err
 		}
 		return fmt.Errorf("cancel %s: %w", id, ErrFinished)
 	}
-	if err := events.Add(ctx, e.db, id, "", now, "cancelled: "+reason); err != nil {
+	if err := events.Record(ctx, e.db, id, "", now, "cancelled: "+reason); err != nil {
 		return err
 	}
 	e.log.Info().Str("campaign", id).Str("reason", reason).Msg("burn-in cancelled")
@@ -392,35 +365,35 @@ func (e *Engine) advance(ctx context.Context, c campaignRow, oneUnit bool) (bool
 
 // setPhase writes a phase change (and its side writes, in the same
 // transaction) before the next phase is acted on.
-func (e *Engine) setPhase(ctx context.Context, c campaignRow, to Phase, what string, more func(tx *sql.Tx) error) error {
+func (e *Engine) setPhase(ctx context.Context, c campaignRow, to Phase, what string, more func(tx *sqldb.Tx) error) error {
 	now := e.clock.Now()
-	tx, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("phase %s: %w", to, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	state, finished := StateRunning, ""
 	if to == PhaseDone {
 		state, finished = StateDone, campaigndb.Time(now)
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE burnin_campaigns SET phase = ?, state = ?, updated_at = ?, finished_at = ? WHERE id = ? AND phase = ? AND state = ?`,
-		string(to), string(state), campaigndb.Time(now), finished, c.ID, string(c.Phase), string(StateRunning))
+	moved := false
+	err := e.db.Tx(ctx, func(tx *sqldb.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE burnin_campaigns SET phase = ?, state = ?, updated_at = ?, finished_at = ? WHERE id = ? AND phase = ? AND state = ?`,
+			string(to), string(state), campaigndb.Time(now), finished, c.ID, string(c.Phase), string(StateRunning))
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil // cancelled meanwhile: leave it
+		}
+		moved = true
+		if more != nil {
+			if err := more(tx); err != nil {
+				return err
+			}
+		}
+		return events.Add(ctx, tx, c.ID, "", now, what)
+	})
 	if err != nil {
 		return fmt.Errorf("phase %s: %w", to, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nil // cancelled meanwhile: leave it
-	}
-	if more != nil {
-		if err := more(tx); err != nil {
-			return err
-		}
-	}
-	if err := events.Add(ctx, tx, c.ID, "", now, what); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("phase %s: %w", to, err)
+	if !moved {
+		return nil
 	}
 	e.log.Info().Str("campaign", c.ID).Str("phase", string(to)).Msg(what)
 	return nil
@@ -578,11 +551,11 @@ func (e *Engine) awaitAgent(ctx context.Context, c campaignRow, n nodeRow, log z
 			e.waits.Done(key)
 			log.Info().Msg("agent back: node goes on")
 			now := e.clock.Now()
-			if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET note = '', updated_at = ? WHERE campaign_id = ? AND node = ? AND note LIKE 'waiting for the agent%'`,
+			if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET note = '', updated_at = ? WHERE campaign_id = ? AND node = ? AND note LIKE 'waiting for the agent%'`,
 				campaigndb.Time(now), c.ID, n.Node); err != nil {
 				return true, fmt.Errorf("node %s: %w", n.Node, err)
 			}
-			return false, events.Add(ctx, e.db, c.ID, n.Node, now, "agent reconnected: going on")
+			return false, events.Record(ctx, e.db, c.ID, n.Node, now, "agent reconnected: going on")
 		}
 		return false, nil
 	}
@@ -593,12 +566,12 @@ func (e *Engine) awaitAgent(ctx context.Context, c campaignRow, n nodeRow, log z
 		if note == n.Note {
 			return true, nil
 		}
-		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
+		if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
 			note, campaigndb.Time(now), c.ID, n.Node); err != nil {
 			return true, fmt.Errorf("node %s: %w", n.Node, err)
 		}
 		log.Info().Dur("grace_ms", grace).Msg("agent not connected at the node's turn: waiting")
-		return true, events.Add(ctx, e.db, c.ID, n.Node, now, fmt.Sprintf("agent not connected at its turn: waiting up to %v", grace))
+		return true, events.Record(ctx, e.db, c.ID, n.Node, now, fmt.Sprintf("agent not connected at its turn: waiting up to %v", grace))
 	}
 	e.waits.Done(key)
 	if n.State != NodePending {
@@ -609,12 +582,12 @@ func (e *Engine) awaitAgent(ctx context.Context, c campaignRow, n nodeRow, log z
 
 func (e *Engine) setNodeState(ctx context.Context, id, node string, st NodeState, note, what string) error {
 	now := e.clock.Now()
-	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
+	if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET state = ?, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
 		string(st), note, campaigndb.Time(now), campaigndb.Time(now), id, node); err != nil {
 		return fmt.Errorf("node %s: state %s: %w", node, st, err)
 	}
 	if what != "" {
-		return events.Add(ctx, e.db, id, node, now, what)
+		return events.Record(ctx, e.db, id, node, now, what)
 	}
 	return nil
 }
@@ -632,19 +605,19 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 	mine := drain.Owns(st, tag(c.ID))
 	if st.Drained && !mine && n.State == NodePending {
 		// Out of service already, not by us: test it, never undrain it.
-		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, drained_by_us = 0, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
+		if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET state = ?, drained_by_us = 0, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
 			string(NodeTesting), "already out of service: "+st.Reason, campaigndb.Time(now), campaigndb.Time(now), c.ID, n.Node); err != nil {
 			return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 		}
 		log.Info().Str("reason", st.Reason).Msg("node already drained by someone else; testing it as it is")
-		return NodeTesting, events.Add(ctx, e.db, c.ID, n.Node, now, "already out of service ("+st.Reason+"): tested as it is, never returned to service by this campaign")
+		return NodeTesting, events.Record(ctx, e.db, c.ID, n.Node, now, "already out of service ("+st.Reason+"): tested as it is, never returned to service by this campaign")
 	}
 	if !st.Drained {
 		if n.State == NodePending && e.breaker != nil {
 			if err := e.breaker.Allow(c.ID, n.Node, fleetSize); err != nil {
 				note := "waiting for the drain circuit breaker: " + err.Error()
 				if note != n.Note {
-					if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
+					if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
 						note, campaigndb.Time(now), c.ID, n.Node); err != nil {
 						return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 					}
@@ -655,7 +628,7 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 		// Written before the adapter is called: a restart finds the node
 		// draining and asks again (Drain is idempotent) rather than
 		// forgetting it took it out.
-		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, drained_by_us = 1, attempts = attempts + 1, note = ?, updated_at = ?, drained_at = ?, since = CASE WHEN state = ? THEN since ELSE ? END WHERE campaign_id = ? AND node = ?`,
+		if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET state = ?, drained_by_us = 1, attempts = attempts + 1, note = ?, updated_at = ?, drained_at = ?, since = CASE WHEN state = ? THEN since ELSE ? END WHERE campaign_id = ? AND node = ?`,
 			string(NodeDraining), "draining", campaigndb.Time(now), campaigndb.Time(now), string(NodeDraining), campaigndb.Time(now), c.ID, n.Node); err != nil {
 			e.breaker.Release(c.ID, n.Node)
 			return n.State, fmt.Errorf("node %s: %w", n.Node, err)
@@ -664,7 +637,7 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 		if err := e.drain.Drain(ctx, n.Node, tag(c.ID)+": acceptance testing"); err != nil {
 			if errors.Is(err, drain.ErrNotOurs) {
 				e.breaker.Release(c.ID, n.Node)
-				if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, drained_by_us = 0, drained_at = '' WHERE campaign_id = ? AND node = ?`,
+				if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET state = ?, drained_by_us = 0, drained_at = '' WHERE campaign_id = ? AND node = ?`,
 					string(NodePending), c.ID, n.Node); err != nil {
 					return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 				}
@@ -677,7 +650,7 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 		}
 	} else if n.State == NodePending {
 		// Ours from before a restart.
-		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, drained_by_us = 1, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
+		if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET state = ?, drained_by_us = 1, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
 			string(NodeDraining), campaigndb.Time(now), campaigndb.Time(now), c.ID, n.Node); err != nil {
 			return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 		}
@@ -688,7 +661,7 @@ func (e *Engine) drainNode(ctx context.Context, c campaignRow, n nodeRow, fleetS
 			return NodeTested, e.rejectEarly(ctx, c.ID, n.Node, fmt.Sprintf("%d jobs still running after %s of draining", st.RunningJobs, e.drainTimeout))
 		}
 		note := fmt.Sprintf("drained, waiting for %d running jobs to leave", st.RunningJobs)
-		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
+		if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET state = ?, note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
 			string(NodeDraining), note, campaigndb.Time(now), c.ID, n.Node); err != nil {
 			return n.State, fmt.Errorf("node %s: %w", n.Node, err)
 		}
@@ -717,7 +690,7 @@ func (e *Engine) drainTrouble(ctx context.Context, c campaignRow, n nodeRow, msg
 		return e.rejectEarly(ctx, c.ID, n.Node, fmt.Sprintf("%s (after %d attempts)", msg, n.Attempts))
 	}
 	now := e.clock.Now()
-	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
+	if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET note = ?, updated_at = ? WHERE campaign_id = ? AND node = ?`,
 		msg, campaigndb.Time(now), c.ID, n.Node); err != nil {
 		return fmt.Errorf("node %s: %w", n.Node, err)
 	}
@@ -734,11 +707,11 @@ func (e *Engine) rejectEarly(ctx context.Context, id, node, msg string) error {
 func (e *Engine) rejectUntested(ctx context.Context, id, node, code, msg string) error {
 	ev := Evidence{Reasons: []Reason{{Code: code, Message: "not tested: " + msg}}}
 	now := e.clock.Now()
-	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET state = ?, evidence = ?, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
+	if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET state = ?, evidence = ?, note = ?, updated_at = ?, since = ? WHERE campaign_id = ? AND node = ?`,
 		string(NodeTested), campaigndb.JSON(ev), msg, campaigndb.Time(now), campaigndb.Time(now), id, node); err != nil {
 		return fmt.Errorf("node %s: %w", node, err)
 	}
-	return events.Add(ctx, e.db, id, node, now, "not tested: "+msg)
+	return events.Record(ctx, e.db, id, node, now, "not tested: "+msg)
 }
 
 // afterNodes leaves the nodes phase: to pairs when the suite has a pairs
@@ -777,7 +750,7 @@ func (e *Engine) afterNodes(ctx context.Context, c campaignRow, nodes []nodeRow)
 			}
 		}
 	}
-	return e.setPhase(ctx, c, PhasePairs, fmt.Sprintf("pairs: %d runs over %d nodes", len(plan), len(eligible)), func(tx *sql.Tx) error {
+	return e.setPhase(ctx, c, PhasePairs, fmt.Sprintf("pairs: %d runs over %d nodes", len(plan), len(eligible)), func(tx *sqldb.Tx) error {
 		for _, r := range plan {
 			if err := insertRun(ctx, tx, c.ID, r); err != nil {
 				return err
@@ -890,7 +863,7 @@ func (e *Engine) phasePairs(ctx context.Context, c campaignRow, oneUnit bool) (b
 // written: the run stays "running" and is run again on resume.
 func (e *Engine) execute(ctx context.Context, c campaignRow, r Run, st Step, log zerolog.Logger) error {
 	start := e.clock.Now()
-	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_runs SET state = ?, attempts = attempts + 1, started_at = ? WHERE campaign_id = ? AND seq = ?`,
+	if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_runs SET state = ?, attempts = attempts + 1, started_at = ? WHERE campaign_id = ? AND seq = ?`,
 		RunRunning, campaigndb.Time(start), c.ID, r.Seq); err != nil {
 		return fmt.Errorf("run %d: %w", r.Seq, err)
 	}
@@ -941,24 +914,22 @@ func (e *Engine) execute(ctx context.Context, c campaignRow, r Run, st Step, log
 		log.Warn().Err(callErr).Str("step", r.Step).Msg("run did not complete")
 	}
 	now := e.clock.Now()
-	tx, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("run %d: %w", r.Seq, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, `UPDATE burnin_runs SET state = ?, status = ?, outcome = ?, error = ?, finished_at = ?, result = ? WHERE campaign_id = ? AND seq = ?`,
-		RunDone, string(status), outcome, errText, campaigndb.Time(now), campaigndb.JSON(res), c.ID, r.Seq); err != nil {
-		return fmt.Errorf("run %d: %w", r.Seq, err)
-	}
-	// The agent's own inventory beats what the coordinator knew at start
-	// (serials, HCAs): keep the latest full one.
-	if res.Report != nil && len(res.Report.Inventory.GPUs) > 0 && r.Kind == StepChecks {
-		if _, err := tx.ExecContext(ctx, `UPDATE burnin_nodes SET inventory = ? WHERE campaign_id = ? AND node = ?`,
-			campaigndb.JSON(res.Report.Inventory), c.ID, r.Node); err != nil {
-			return fmt.Errorf("run %d inventory: %w", r.Seq, err)
+	err := e.db.Tx(ctx, func(tx *sqldb.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE burnin_runs SET state = ?, status = ?, outcome = ?, error = ?, finished_at = ?, result = ? WHERE campaign_id = ? AND seq = ?`,
+			RunDone, string(status), outcome, errText, campaigndb.Time(now), campaigndb.JSON(res), c.ID, r.Seq); err != nil {
+			return err
 		}
-	}
-	if err := tx.Commit(); err != nil {
+		// The agent's own inventory beats what the coordinator knew at
+		// start (serials, HCAs): keep the latest full one.
+		if res.Report != nil && len(res.Report.Inventory.GPUs) > 0 && r.Kind == StepChecks {
+			if _, err := tx.ExecContext(ctx, `UPDATE burnin_nodes SET inventory = ? WHERE campaign_id = ? AND node = ?`,
+				campaigndb.JSON(res.Report.Inventory), c.ID, r.Node); err != nil {
+				return fmt.Errorf("inventory: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("run %d: %w", r.Seq, err)
 	}
 	log.Debug().Str("step", r.Step).Int("repeat", r.Repeat).Str("status", string(status)).Msg("run done")

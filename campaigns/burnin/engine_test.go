@@ -288,7 +288,7 @@ func TestRestartMidCampaignResumes(t *testing.T) {
 	}
 	// A new engine over the same database, as after a coordinator restart.
 	db := openDB(t, h.path)
-	e2, err := NewEngine(db, h.fleet, h.drain, nil, h.base, h.fleet.clock, h.eng.log)
+	e2, err := New(context.Background(), kit.Deps{DB: db, Fleet: h.fleet, Drainer: h.drain, Clock: h.fleet.clock, Logger: h.eng.log}, Options{Baselines: h.base})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package burnin
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"sort"
@@ -12,6 +11,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // ---- phase: evaluate ----
@@ -63,7 +63,7 @@ func (e *Engine) phaseEvaluate(ctx context.Context, c campaignRow) (bool, error)
 
 	now := e.clock.Now()
 	accepted := 0
-	err = e.setPhase(ctx, c, PhaseFinish, "verdicts written", func(tx *sql.Tx) error {
+	err = e.setPhase(ctx, c, PhaseFinish, "verdicts written", func(tx *sqldb.Tx) error {
 		for _, f := range facts {
 			d := decisions[f.Name]
 			if d.Verdict == Accepted {
@@ -75,8 +75,11 @@ func (e *Engine) phaseEvaluate(ctx context.Context, c campaignRow) (bool, error)
 			}
 			reason := summarize(d.Evidence.Reasons)
 			for _, p := range d.Evidence.Parts {
-				if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO burnin_parts (identity, campaign_id, node, kind, component, identity_kind, verdict, implicated, reason, at)
-					VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_parts (identity, campaign_id, node, kind, component, identity_kind, verdict, implicated, reason, at)
+					VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+					ON CONFLICT (identity, campaign_id, node) DO UPDATE SET kind = excluded.kind, component = excluded.component,
+					identity_kind = excluded.identity_kind, verdict = excluded.verdict, implicated = excluded.implicated,
+					reason = excluded.reason, at = excluded.at`,
 					p.Identity, c.ID, f.Name, p.Kind, p.Component, p.IdentityKind, string(d.Verdict), b2i(p.Implicated), reason, campaigndb.Time(now)); err != nil {
 					return fmt.Errorf("record part %s: %w", p.Identity, err)
 				}
@@ -268,7 +271,7 @@ func (e *Engine) finishNode(ctx context.Context, c campaignRow, n nodeRow) error
 				return fmt.Errorf("node %s: %w", n.Node, err)
 			}
 		}
-		if _, err := e.db.ExecContext(ctx, `UPDATE burnin_nodes SET baseline_done = 1 WHERE campaign_id = ? AND node = ?`, c.ID, n.Node); err != nil {
+		if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_nodes SET baseline_done = 1 WHERE campaign_id = ? AND node = ?`, c.ID, n.Node); err != nil {
 			return fmt.Errorf("node %s: %w", n.Node, err)
 		}
 		log.Debug().Msg("node baselines recorded")
@@ -284,7 +287,7 @@ func (e *Engine) finishNode(ctx context.Context, c campaignRow, n nodeRow) error
 			if err := e.drain.Undrain(ctx, n.Node); err != nil {
 				return fmt.Errorf("node %s: undrain: %w", n.Node, err)
 			}
-			if err := events.Add(ctx, e.db, c.ID, n.Node, e.clock.Now(), "returned to service"); err != nil {
+			if err := events.Record(ctx, e.db, c.ID, n.Node, e.clock.Now(), "returned to service"); err != nil {
 				return err
 			}
 		}
@@ -391,8 +394,8 @@ func bothAccepted(pair string, accepted map[string]bool) bool {
 }
 
 func (e *Engine) markSKUDone(ctx context.Context, c campaignRow, what string) error {
-	if _, err := e.db.ExecContext(ctx, `UPDATE burnin_campaigns SET sku_done = 1 WHERE id = ?`, c.ID); err != nil {
+	if _, err := campaigndb.Exec(ctx, e.db, `UPDATE burnin_campaigns SET sku_done = 1 WHERE id = ?`, c.ID); err != nil {
 		return fmt.Errorf("SKU baselines: %w", err)
 	}
-	return events.Add(ctx, e.db, c.ID, "", e.clock.Now(), what)
+	return events.Record(ctx, e.db, c.ID, "", e.clock.Now(), what)
 }

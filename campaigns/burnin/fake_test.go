@@ -2,7 +2,6 @@ package burnin
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,13 +11,14 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3"
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
 
@@ -261,7 +261,7 @@ func (f *fakeFleet) RunAction(ctx context.Context, node, action string, params m
 // harness is an engine over a fake fleet and a fresh database.
 type harness struct {
 	t     *testing.T
-	db    *sql.DB
+	db    *sqldb.DB
 	path  string
 	fleet *fakeFleet
 	drain *drain.None
@@ -269,23 +269,14 @@ type harness struct {
 	eng   *Engine
 }
 
-func openDB(t *testing.T, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(4)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
+func openDB(t *testing.T, path string) *sqldb.DB { return dbtest.OpenSQLite(t, path) }
 
 func newHarness(t *testing.T, nodes int) *harness {
 	t.Helper()
 	h := &harness{t: t, path: filepath.Join(t.TempDir(), "fc.db"), fleet: newFakeFleet(nodes), drain: drain.NewNone(nil)}
 	h.db = openDB(t, h.path)
 	var err error
-	h.base, err = baselines.NewStore(h.db, baselines.WithClock(h.fleet.clock.Now))
+	h.base, err = baselines.NewStore(h.db.SQL(), baselines.WithClock(h.fleet.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +286,8 @@ func newHarness(t *testing.T, nodes int) *harness {
 
 func (h *harness) newEngine(br *kit.Breaker) *Engine {
 	h.t.Helper()
-	e, err := NewEngine(h.db, h.fleet, h.drain, br, h.base, h.fleet.clock, zerolog.New(io.Discard), WithPollInterval(time.Second))
+	e, err := New(context.Background(), kit.Deps{DB: h.db, Fleet: h.fleet, Drainer: h.drain, Breaker: br, Clock: h.fleet.clock, Logger: zerolog.New(io.Discard)},
+		Options{Baselines: h.base, Poll: time.Second})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func (e *Engine) status(ctx context.Context, c campaignRow) (CampaignStatus, err
 		}
 		st.NodeStates = append(st.NodeStates, np)
 	}
-	if err := e.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(state = ?), 0) FROM burnin_runs WHERE campaign_id = ?`, RunDone, c.ID).
+	if err := e.db.QueryRowContext(ctx, `SELECT COUNT(*), CAST(COALESCE(SUM(CASE WHEN state = ? THEN 1 ELSE 0 END), 0) AS BIGINT) FROM burnin_runs WHERE campaign_id = ?`, RunDone, c.ID).
 		Scan(&st.RunsTotal, &st.RunsDone); err != nil {
 		return st, fmt.Errorf("status %s: %w", c.ID, err)
 	}

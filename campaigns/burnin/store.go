@@ -10,18 +10,14 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
-// SchemaVersion is the version of the burnin_ tables.
-const SchemaVersion = 1
+var events = campaigndb.EventLog{Table: "burnin_events", Key: "campaign_id", Index: "burnin_events_campaign", Noun: "campaign"}
 
-// schema creates the tables; IF NOT EXISTS everywhere, so NewEngine runs
-// it on every start beside the database owner's own migrations.
-const schema = `
-CREATE TABLE IF NOT EXISTS burnin_schema_version (
-	version    INTEGER NOT NULL PRIMARY KEY,
-	applied_at TEXT    NOT NULL
-);
+// schema is the burnin_ tables. Version 2 writes times in campaigndb's
+// fixed width.
+var schema = campaigndb.Schema{Name: "burnin", Current: `
 CREATE TABLE IF NOT EXISTS burnin_campaigns (
 	id          TEXT    NOT NULL PRIMARY KEY,
 	seq         INTEGER NOT NULL,
@@ -86,20 +82,22 @@ CREATE TABLE IF NOT EXISTS burnin_parts (
 	at            TEXT    NOT NULL,
 	PRIMARY KEY (identity, campaign_id, node)
 );
-CREATE TABLE IF NOT EXISTS burnin_events (
-	id          INTEGER PRIMARY KEY,
-	campaign_id TEXT    NOT NULL,
-	node        TEXT    NOT NULL,
-	at          TEXT    NOT NULL,
-	what        TEXT    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS burnin_events_campaign ON burnin_events(campaign_id, id);
-`
+` + events.DDL(), Steps: []campaigndb.Step{{
+	What: "times in fixed width",
+	Up: func(ctx context.Context, tx *sqldb.Tx) error {
+		return errors.Join(
+			campaigndb.RewriteTimes(ctx, tx, "burnin_campaigns", "created_at", "updated_at", "finished_at"),
+			campaigndb.RewriteTimes(ctx, tx, "burnin_nodes", "updated_at", "since", "drained_at"),
+			campaigndb.RewriteTimes(ctx, tx, "burnin_runs", "started_at", "finished_at"),
+			campaigndb.RewriteTimes(ctx, tx, "burnin_parts", "at"),
+			campaigndb.RewriteTimes(ctx, tx, "burnin_events", "at"))
+	},
+}}}
 
 // Errors, tested with errors.Is.
 var (
 	ErrNotFound     = errors.New("no such burn-in campaign")
-	ErrSchemaTooNew = errors.New("burnin tables are newer than this fleetcheck")
+	ErrSchemaTooNew = campaigndb.ErrSchemaTooNew
 	ErrNoNodes      = errors.New("the selector matches no node")
 	ErrFinished     = errors.New("campaign already finished")
 )
@@ -109,34 +107,6 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// migrate creates the tables and checks their version.
-func migrate(ctx context.Context, db *sql.DB, now time.Time) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
-		return fmt.Errorf("create burnin tables: %w", err)
-	}
-	var v sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM burnin_schema_version`).Scan(&v); err != nil {
-		return fmt.Errorf("read burnin schema version: %w", err)
-	}
-	switch {
-	case !v.Valid:
-		if _, err := tx.ExecContext(ctx, `INSERT INTO burnin_schema_version (version, applied_at) VALUES (?, ?)`, SchemaVersion, campaigndb.Time(now)); err != nil {
-			return fmt.Errorf("record burnin schema version: %w", err)
-		}
-	case v.Int64 > SchemaVersion:
-		return fmt.Errorf("%w: version %d, this fleetcheck knows %d", ErrSchemaTooNew, v.Int64, SchemaVersion)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit burnin schema: %w", err)
-	}
-	return nil
 }
 
 // campaignRow is one burnin_campaigns row.
@@ -331,5 +301,3 @@ func insertRun(ctx context.Context, q querier, id string, r Run) error {
 type Event = campaigndb.Event
 
 type querier = campaigndb.Querier
-
-var events = campaigndb.EventLog{Table: "burnin_events", Key: "campaign_id", Noun: "campaign"}

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // ErrRefused wraps every reason a drill is refused before it touches a
@@ -51,64 +52,55 @@ func degraded(n kit.Node) bool {
 	return !n.Connected
 }
 
-// Option tunes an Engine.
-type Option func(*Engine)
-
-// WithIdlePoll sets how long Run waits when no drill has anything due
-// (default 5s).
-func WithIdlePoll(d time.Duration) Option {
-	return func(e *Engine) {
-		if d > 0 {
-			e.idle = d
-		}
-	}
+// Options are the drill engine's own knobs; zero values take defaults.
+type Options struct {
+	// IdlePoll is how long Run waits when no drill has anything due
+	// (default 5s).
+	IdlePoll time.Duration
 }
 
 // Engine drives drills. Its methods are safe for concurrent use; one Run
 // (or Step) drives drills at a time.
 type Engine struct {
-	db      *sql.DB
+	db      *sqldb.DB
 	fleet   kit.Fleet
 	drain   drain.Adapter
 	breaker *kit.Breaker
+	busy    *kit.Busy
 	clock   kit.Clock
 	log     zerolog.Logger
 	idle    time.Duration
 
-	drive   sync.Mutex
-	startMu sync.Mutex
-	seq     atomic.Int64
+	drive sync.Mutex
+	seq   atomic.Int64
 	// waits: agents found not connected (drill/node), given the connect
 	// grace before they count against the drill.
 	waits kit.ConnectWaits
 }
 
-// NewEngine creates the drill_ tables when missing and returns an engine.
-// dr tells whether a node was taken out of service (drain.None when the
-// fleet has no scheduler); breaker may be nil; clock nil is the wall clock.
-func NewEngine(db *sql.DB, fleet kit.Fleet, dr drain.Adapter, breaker *kit.Breaker, clock kit.Clock,
-	logger zerolog.Logger, opts ...Option) (*Engine, error) {
-	if db == nil || fleet == nil {
-		return nil, errors.New("drill engine: database and fleet are required")
+// New creates or upgrades the drill_ tables and returns an engine. The
+// drainer tells whether a node was taken out of service (drain.None when
+// the fleet has no scheduler). The engine registers its running drills'
+// targets in d.Busy.
+func New(ctx context.Context, d kit.Deps, opts Options) (*Engine, error) {
+	d, err := d.Check("drill engine")
+	if err != nil {
+		return nil, err
 	}
-	if dr == nil {
-		dr = drain.NewNone(nil)
+	e := &Engine{db: d.DB, fleet: d.Fleet, drain: d.Drainer, breaker: d.Breaker, busy: d.Busy, clock: d.Clock,
+		log: d.Logger, idle: 5 * time.Second}
+	if opts.IdlePoll > 0 {
+		e.idle = opts.IdlePoll
 	}
-	if clock == nil {
-		clock = kit.WallClock{}
-	}
-	e := &Engine{db: db, fleet: fleet, drain: dr, breaker: breaker, clock: clock, log: logger, idle: 5 * time.Second}
-	for _, o := range opts {
-		o(e)
-	}
-	if err := migrate(context.Background(), db, clock.Now()); err != nil {
+	if err := schema.Migrate(ctx, e.db, e.clock.Now()); err != nil {
 		return nil, fmt.Errorf("drill engine: %w", err)
 	}
 	var maxSeq sql.NullInt64
-	if err := db.QueryRow(`SELECT MAX(seq) FROM drill_drills`).Scan(&maxSeq); err != nil {
+	if err := e.db.QueryRowContext(ctx, `SELECT MAX(seq) FROM drill_drills`).Scan(&maxSeq); err != nil {
 		return nil, fmt.Errorf("drill engine: %w", err)
 	}
 	e.seq.Store(maxSeq.Int64)
+	e.busy.Register("drill", e.busyNodes)
 	return e, nil
 }
 
@@ -130,7 +122,7 @@ func (e *Engine) Preflight(ctx context.Context, in *Spec) (Plan, error) {
 	if err := spec.Normalize(); err != nil {
 		return Plan{}, err
 	}
-	busy, err := e.busyNodes(ctx)
+	busy, err := e.busy.Held(ctx)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -255,24 +247,10 @@ func allowed(b BlastRadius, fleet int) int {
 	return n
 }
 
+// busyNodes lists the targets of running drills, for kit.Busy.
 func (e *Engine) busyNodes(ctx context.Context) (map[string]string, error) {
-	rows, err := e.db.QueryContext(ctx, `SELECT t.node, t.drill_id FROM drill_targets t JOIN drill_drills d ON d.id = t.drill_id WHERE d.state = ?`, string(StateRunning))
-	if err != nil {
-		return nil, fmt.Errorf("running drills: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var n, id string
-		if err := rows.Scan(&n, &id); err != nil {
-			return nil, fmt.Errorf("running drills: %w", err)
-		}
-		out[n] = id
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("running drills: %w", err)
-	}
-	return out, nil
+	return campaigndb.Held(ctx, e.db, "drill", `SELECT t.node, t.drill_id FROM drill_targets t
+		JOIN drill_drills d ON d.id = t.drill_id WHERE d.state = ?`, string(StateRunning))
 }
 
 // Start runs the preflight and writes the drill. A refused drill is
@@ -286,18 +264,32 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 	if err := spec.Normalize(); err != nil {
 		return "", err
 	}
-	e.startMu.Lock()
-	defer e.startMu.Unlock()
-	busy, err := e.busyNodes(ctx)
+	var id string
+	var refusal error
+	err := e.busy.Claim(ctx, func(busy map[string]string) error {
+		var err error
+		id, refusal, err = e.start(ctx, spec, busy)
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
+	if refusal != nil {
+		e.log.Warn().Str("campaign", id).Err(refusal).Msg("drill refused")
+		return id, fmt.Errorf("drill %s: %w", id, refusal)
+	}
+	return id, nil
+}
+
+// start writes the drill (running, or refused with the preflight's
+// reason) while Start holds the fleet's claims.
+func (e *Engine) start(ctx context.Context, spec *Spec, busy map[string]string) (id string, refusal, err error) {
 	plan, refusal := e.preflight(ctx, spec, busy)
 	if refusal != nil && !errors.Is(refusal, ErrRefused) {
-		return "", refusal
+		return "", nil, refusal
 	}
 	now := e.clock.Now()
-	id := kit.NewID("d", now)
+	id = kit.NewID("d", now)
 	name := spec.Name
 	if name == "" {
 		name = spec.Fault
@@ -310,44 +302,37 @@ func (e *Engine) Start(ctx context.Context, in *Spec) (string, error) {
 	if degradedAtStart == nil {
 		degradedAtStart = []string{}
 	}
-	tx, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		return "", fmt.Errorf("start drill: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	finished := ""
 	if state == StateRefused {
 		finished = campaigndb.Time(now)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO drill_drills (seq, `+drillCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.seq.Add(1), id, name, spec.Fault, campaigndb.JSON(spec), string(state), reason, campaigndb.JSON(degradedAtStart), campaigndb.Time(now), campaigndb.Time(now), finished); err != nil {
-		return "", fmt.Errorf("start drill: %w", err)
-	}
-	if state == StateRunning {
-		for _, node := range plan.Targets {
-			t := Target{Node: node, State: TargetPending, Findings: []Finding{}, NextAt: now}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO drill_targets (drill_id, node, state, data, updated_at) VALUES (?, ?, ?, ?, ?)`,
-				id, node, string(t.State), campaigndb.JSON(t), campaigndb.Time(now)); err != nil {
-				return "", fmt.Errorf("start drill: %w", err)
+	err = e.db.Tx(ctx, func(tx *sqldb.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO drill_drills (seq, `+drillCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			e.seq.Add(1), id, name, spec.Fault, campaigndb.JSON(spec), string(state), reason, campaigndb.JSON(degradedAtStart), campaigndb.Time(now), campaigndb.Time(now), finished); err != nil {
+			return err
+		}
+		if state == StateRunning {
+			for _, node := range plan.Targets {
+				t := Target{Node: node, State: TargetPending, Findings: []Finding{}, NextAt: now}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO drill_targets (drill_id, node, state, data, updated_at) VALUES (?, ?, ?, ?, ?)`,
+					id, node, string(t.State), campaigndb.JSON(t), campaigndb.Time(now)); err != nil {
+					return err
+				}
 			}
 		}
+		what := fmt.Sprintf("started: fault %s on %s, expecting %s, deadline %s", spec.Fault, strings.Join(plan.Targets, ", "), spec.Expect.Check, time.Duration(spec.Deadline))
+		if refusal != nil {
+			what = "refused: " + refusal.Error()
+		}
+		return events.Add(ctx, tx, id, "", now, what)
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("start drill: %w", err)
 	}
-	what := fmt.Sprintf("started: fault %s on %s, expecting %s, deadline %s", spec.Fault, strings.Join(plan.Targets, ", "), spec.Expect.Check, time.Duration(spec.Deadline))
-	if refusal != nil {
-		what = "refused: " + refusal.Error()
+	if refusal == nil {
+		e.log.Info().Str("campaign", id).Str("fault", spec.Fault).Strs("targets", plan.Targets).Msg("drill started")
 	}
-	if err := events.Add(ctx, tx, id, "", now, what); err != nil {
-		return "", err
-	}
-	if err := tx.Commit(); err != nil {
-		return "", fmt.Errorf("start drill: %w", err)
-	}
-	if refusal != nil {
-		e.log.Warn().Str("campaign", id).Err(refusal).Msg("drill refused")
-		return id, fmt.Errorf("drill %s: %w", id, refusal)
-	}
-	e.log.Info().Str("campaign", id).Str("fault", spec.Fault).Strs("targets", plan.Targets).Msg("drill started")
-	return id, nil
+	return id, refusal, nil
 }
 
 // Abort cuts a running drill short: targets not yet injected are left
@@ -368,7 +353,7 @@ func (e *Engine) Abort(ctx context.Context, id, reason string) error {
 			return err
 		}
 	}
-	return events.Add(ctx, e.db, id, "", now, "abort requested: "+reason)
+	return events.Record(ctx, e.db, id, "", now, "abort requested: "+reason)
 }
 
 // Run drives every running drill until ctx ends, and returns ctx's error.
@@ -451,7 +436,7 @@ func (e *Engine) advance(ctx context.Context, d *Drill) error {
 					return err
 				}
 			}
-			if err := events.Add(ctx, e.db, d.ID, "", now, "aborting: "+why); err != nil {
+			if err := events.Record(ctx, e.db, d.ID, "", now, "aborting: "+why); err != nil {
 				return err
 			}
 		}
@@ -554,10 +539,12 @@ func (e *Engine) abortTarget(ctx context.Context, d *Drill, t *Target, why strin
 	case TargetInjecting, TargetWatching, TargetOutOfService:
 		t.State, t.NextAt = TargetReverting, now
 	}
-	if err := saveTarget(ctx, e.db, d.ID, *t, now); err != nil {
-		return err
-	}
-	return events.Add(ctx, e.db, d.ID, t.Node, now, "aborted: "+why)
+	return e.db.Tx(ctx, func(tx *sqldb.Tx) error {
+		if err := saveTarget(ctx, tx, d.ID, *t, now); err != nil {
+			return err
+		}
+		return events.Add(ctx, tx, d.ID, t.Node, now, "aborted: "+why)
+	})
 }
 
 // finish closes a drill whose targets are all done.
@@ -569,7 +556,7 @@ func (e *Engine) finish(ctx context.Context, d *Drill) error {
 			state, reason = StateAborted, t.AbortReason
 		}
 	}
-	if _, err := e.db.ExecContext(ctx, `UPDATE drill_drills SET state = ?, reason = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?`,
+	if _, err := campaigndb.Exec(ctx, e.db, `UPDATE drill_drills SET state = ?, reason = ?, updated_at = ?, finished_at = ? WHERE id = ? AND state = ?`,
 		string(state), reason, campaigndb.Time(now), campaigndb.Time(now), d.ID, string(StateRunning)); err != nil {
 		return fmt.Errorf("finish: %w", err)
 	}
@@ -587,7 +574,7 @@ func (e *Engine) finish(ctx context.Context, d *Drill) error {
 		parts = append(parts, s)
 	}
 	e.log.Info().Str("campaign", d.ID).Str("state", string(state)).Msg("drill finished")
-	return events.Add(ctx, e.db, d.ID, "", now, fmt.Sprintf("%s: %s", state, strings.Join(parts, "; ")))
+	return events.Record(ctx, e.db, d.ID, "", now, fmt.Sprintf("%s: %s", state, strings.Join(parts, "; ")))
 }
 
 // ---- targets ----
@@ -595,13 +582,15 @@ func (e *Engine) finish(ctx context.Context, d *Drill) error {
 // save writes a target's new state before the engine acts on it.
 func (e *Engine) save(ctx context.Context, d *Drill, t *Target, what string) error {
 	now := e.clock.Now()
-	if err := saveTarget(ctx, e.db, d.ID, *t, now); err != nil {
-		return err
-	}
-	if what != "" {
-		return events.Add(ctx, e.db, d.ID, t.Node, now, what)
-	}
-	return nil
+	return e.db.Tx(ctx, func(tx *sqldb.Tx) error {
+		if err := saveTarget(ctx, tx, d.ID, *t, now); err != nil {
+			return err
+		}
+		if what != "" {
+			return events.Add(ctx, tx, d.ID, t.Node, now, what)
+		}
+		return nil
+	})
 }
 
 func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {

@@ -416,7 +416,7 @@ func TestRestartMidDrillResumes(t *testing.T) {
 	id := h.start(xidDrill)
 	h.run(h.eng, func() bool { return h.drill(id).Targets[0].State == TargetWatching })
 	// A new engine over the same database.
-	e2, err := NewEngine(openDB(t, h.path), h.fleet, h.fleet.drain, nil, h.fleet.clock, h.eng.log)
+	e2, err := New(context.Background(), kit.Deps{DB: openDB(t, h.path), Fleet: h.fleet, Drainer: h.fleet.drain, Clock: h.fleet.clock, Logger: h.eng.log}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

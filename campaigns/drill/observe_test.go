@@ -65,7 +65,7 @@ func (o observingFleet) CheckInterval(context.Context, string) (time.Duration, e
 func TestTimeToDetectIsTheFleetsOwn(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4, "gpu-002")
-	eng, err := NewEngine(h.db, observingFleet{simDrillFleet: h.fleet}, h.fleet.drain, nil, h.fleet.clock, h.eng.log)
+	eng, err := New(context.Background(), kit.Deps{DB: h.db, Fleet: observingFleet{simDrillFleet: h.fleet}, Drainer: h.fleet.drain, Clock: h.fleet.clock, Logger: h.eng.log}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func (s skippingFleet) RunChecks(ctx context.Context, node string, names []strin
 func TestExpectedCheckSkippedIsNotInjected(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4, "gpu-002")
-	eng, err := NewEngine(h.db, skippingFleet{h.fleet, "gpu.xid"}, h.fleet.drain, nil, h.fleet.clock, h.eng.log)
+	eng, err := New(context.Background(), kit.Deps{DB: h.db, Fleet: skippingFleet{h.fleet, "gpu.xid"}, Drainer: h.fleet.drain, Clock: h.fleet.clock, Logger: h.eng.log}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestConnectGraceBounds(t *testing.T) {
 func TestUnscheduledCheckIsAskedFor(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 4, "gpu-002")
-	eng, err := NewEngine(h.db, observingFleet{simDrillFleet: h.fleet, unscheduled: "gpu.thermal"}, h.fleet.drain, nil, h.fleet.clock, h.eng.log)
+	eng, err := New(context.Background(), kit.Deps{DB: h.db, Fleet: observingFleet{simDrillFleet: h.fleet, unscheduled: "gpu.thermal"}, Drainer: h.fleet.drain, Clock: h.fleet.clock, Logger: h.eng.log}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package drill
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,16 +11,17 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3"
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/checks"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/selector"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	"github.com/fleetcheck/fleetcheck/node/host/sim"
 	"github.com/fleetcheck/fleetcheck/node/inspect"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
@@ -433,21 +433,12 @@ func revertOf(action string) (string, bool) {
 type harness struct {
 	t     testing.TB
 	path  string
-	db    *sql.DB
+	db    *sqldb.DB
 	fleet *simDrillFleet
 	eng   *Engine
 }
 
-func openDB(t testing.TB, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(2)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
+func openDB(t testing.TB, path string) *sqldb.DB { return dbtest.OpenSQLite(t, path) }
 
 func newHarness(t testing.TB, nodes int, optedIn ...string) *harness {
 	t.Helper()
@@ -459,7 +450,7 @@ func newHarness(t testing.TB, nodes int, optedIn ...string) *harness {
 
 func (h *harness) newEngine(br *kit.Breaker) *Engine {
 	h.t.Helper()
-	e, err := NewEngine(h.db, h.fleet, h.fleet.drain, br, h.fleet.clock, zerolog.New(io.Discard))
+	e, err := New(context.Background(), kit.Deps{DB: h.db, Fleet: h.fleet, Drainer: h.fleet.drain, Breaker: br, Clock: h.fleet.clock, Logger: zerolog.New(io.Discard)}, Options{})
 	if err != nil {
 		h.t.Fatal(err)
 	}

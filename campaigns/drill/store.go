@@ -2,23 +2,20 @@ package drill
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
-// SchemaVersion is the version of the drill_ tables.
-const SchemaVersion = 1
+var events = campaigndb.EventLog{Table: "drill_events", Key: "drill_id", Index: "drill_events_drill", Noun: "drill"}
 
-const schema = `
-CREATE TABLE IF NOT EXISTS drill_schema_version (
-	version    INTEGER NOT NULL PRIMARY KEY,
-	applied_at TEXT    NOT NULL
-);
+// schema is the drill_ tables. Version 2 writes times in campaigndb's
+// fixed width.
+var schema = campaigndb.Schema{Name: "drill", Current: `
 CREATE TABLE IF NOT EXISTS drill_drills (
 	id          TEXT    NOT NULL PRIMARY KEY,
 	seq         INTEGER NOT NULL,
@@ -42,49 +39,22 @@ CREATE TABLE IF NOT EXISTS drill_targets (
 	updated_at TEXT NOT NULL,
 	PRIMARY KEY (drill_id, node)
 );
-CREATE TABLE IF NOT EXISTS drill_events (
-	id       INTEGER PRIMARY KEY,
-	drill_id TEXT NOT NULL,
-	node     TEXT NOT NULL,
-	at       TEXT NOT NULL,
-	what     TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS drill_events_drill ON drill_events(drill_id, id);
-`
+` + events.DDL(), Steps: []campaigndb.Step{{
+	What: "times in fixed width",
+	Up: func(ctx context.Context, tx *sqldb.Tx) error {
+		return errors.Join(
+			campaigndb.RewriteTimes(ctx, tx, "drill_drills", "created_at", "updated_at", "finished_at"),
+			campaigndb.RewriteTimes(ctx, tx, "drill_targets", "updated_at"),
+			campaigndb.RewriteTimes(ctx, tx, "drill_events", "at"))
+	},
+}}}
 
 // Errors, tested with errors.Is.
 var (
 	ErrNotFound     = errors.New("no such drill")
-	ErrSchemaTooNew = errors.New("drill tables are newer than this fleetcheck")
+	ErrSchemaTooNew = campaigndb.ErrSchemaTooNew
 	ErrFinished     = errors.New("drill already finished")
 )
-
-func migrate(ctx context.Context, db *sql.DB, now time.Time) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
-		return fmt.Errorf("create drill tables: %w", err)
-	}
-	var v sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM drill_schema_version`).Scan(&v); err != nil {
-		return fmt.Errorf("read drill schema version: %w", err)
-	}
-	switch {
-	case !v.Valid:
-		if _, err := tx.ExecContext(ctx, `INSERT INTO drill_schema_version (version, applied_at) VALUES (?, ?)`, SchemaVersion, campaigndb.Time(now)); err != nil {
-			return fmt.Errorf("record drill schema version: %w", err)
-		}
-	case v.Int64 > SchemaVersion:
-		return fmt.Errorf("%w: version %d, this fleetcheck knows %d", ErrSchemaTooNew, v.Int64, SchemaVersion)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit drill schema: %w", err)
-	}
-	return nil
-}
 
 const drillCols = `id, name, fault, spec, state, reason, degraded, created_at, updated_at, finished_at`
 
@@ -186,5 +156,3 @@ func saveTarget(ctx context.Context, q querier, id string, t Target, now time.Ti
 type Event = campaigndb.Event
 
 type querier = campaigndb.Querier
-
-var events = campaigndb.EventLog{Table: "drill_events", Key: "drill_id", Noun: "drill"}

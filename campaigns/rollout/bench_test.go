@@ -255,7 +255,7 @@ func runSimRollout(tb testing.TB, size int) benchFigures {
 	f := newSimUpgradeFleet(tb, size, 7)
 	dr := &simDrain{None: drain.NewNone(nil), f: f, busy: map[string]time.Time{}}
 	db := openDB(tb, tb.TempDir())
-	eng, err := NewEngine(db, f, dr, nil, f.clock, zerolog.Nop(), WithPollInterval(10*time.Second))
+	eng, err := New(context.Background(), kit.Deps{DB: db, Fleet: f, Drainer: dr, Clock: f.clock, Logger: zerolog.Nop()}, Options{Poll: 10 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -25,7 +25,6 @@ package rollout
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -59,21 +58,14 @@ const DefaultPollInterval = 15 * time.Second
 // probeTimeout bounds the inventory probe made while a node reboots.
 const probeTimeout = 2 * time.Minute
 
-// Option configures an Engine.
-type Option func(*Engine)
-
-// WithBaselines lets validation take a node's pre-upgrade baseline from
-// stored baselines (node scope, SKU fallback) instead of measuring it.
-func WithBaselines(f baselines.Finder) Option { return func(e *Engine) { e.finder = f } }
-
-// WithPollInterval sets how often draining and rebooting nodes are looked
-// at, transient errors retried and the fleet listed (default 15s).
-func WithPollInterval(d time.Duration) Option {
-	return func(e *Engine) {
-		if d > 0 {
-			e.poll = d
-		}
-	}
+// Options are the rollout engine's own knobs; zero values take defaults.
+type Options struct {
+	// Baselines, when set, give validation a node's pre-upgrade baseline
+	// (node scope, SKU fallback) instead of measuring it.
+	Baselines baselines.Finder
+	// Poll is how often draining and rebooting nodes are looked at,
+	// transient errors retried and the fleet listed (default 15s).
+	Poll time.Duration
 }
 
 // Engine drives rollouts. Its methods are safe for concurrent use: the
@@ -84,6 +76,7 @@ type Engine struct {
 	fleet   kit.Fleet
 	drainer drain.Adapter
 	breaker *kit.Breaker
+	busy    *kit.Busy
 	clock   kit.Clock
 	// virtual: the clock moves only when every goroutine taking part is
 	// blocked on it (kit.Virtual). The engine counts its loop and its
@@ -116,31 +109,25 @@ type Engine struct {
 	afterSave func() bool
 }
 
-// NewEngine opens the rollout tables in db (creating them when missing),
-// loads every rollout, and returns an engine that has started nothing yet:
-// call Run (or Step). adapter is how nodes leave and rejoin service;
-// breaker (may be nil) is the drain circuit breaker shared by campaigns;
-// clock may be nil for the wall clock.
-func NewEngine(db *sql.DB, fleet kit.Fleet, adapter drain.Adapter, breaker *kit.Breaker,
-	clock kit.Clock, log zerolog.Logger, opts ...Option) (*Engine, error) {
-	if fleet == nil || adapter == nil {
-		return nil, errors.New("rollout engine: fleet and drain adapter are required")
-	}
-	if clock == nil {
-		clock = kit.WallClock{}
+// New creates or upgrades the rollout tables, loads every rollout, and
+// returns an engine that has started nothing yet: call Run (or Step). The
+// drainer is how nodes leave and rejoin service; the engine registers its
+// unfinished rollouts' nodes in d.Busy.
+func New(ctx context.Context, d kit.Deps, opts Options) (*Engine, error) {
+	d, err := d.Check("rollout engine")
+	if err != nil {
+		return nil, err
 	}
 	e := &Engine{
-		fleet: fleet, drainer: adapter, breaker: breaker, clock: clock,
-		log: log, poll: DefaultPollInterval, byID: map[string]*run{},
+		fleet: d.Fleet, drainer: d.Drainer, breaker: d.Breaker, busy: d.Busy, clock: d.Clock,
+		log: d.Logger, poll: DefaultPollInterval, byID: map[string]*run{}, finder: opts.Baselines,
 		kick: make(chan struct{}, 1),
 	}
-	e.virtual = kit.Virtual(clock)
-	for _, o := range opts {
-		o(e)
+	if opts.Poll > 0 {
+		e.poll = opts.Poll
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := openStore(ctx, db, clock.Now())
+	e.virtual = kit.Virtual(e.clock)
+	st, err := openStore(ctx, d.DB, e.clock.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +135,24 @@ func NewEngine(db *sql.DB, fleet kit.Fleet, adapter drain.Adapter, breaker *kit.
 	if err := e.reload(ctx); err != nil {
 		return nil, err
 	}
+	e.busy.Register("rollout", e.busyNodes)
 	return e, nil
+}
+
+// busyNodes lists the nodes of unfinished rollouts, for kit.Busy.
+func (e *Engine) busyNodes(context.Context) (map[string]string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	busy := map[string]string{}
+	for _, r := range e.runs {
+		if r.Phase.final() {
+			continue
+		}
+		for _, nr := range r.nodes {
+			busy[nr.Name] = "rollout " + r.ID
+		}
+	}
+	return busy, nil
 }
 
 // reload replaces the in-memory rollouts with the stored ones: at start,
@@ -209,24 +213,30 @@ func (e *Engine) Start(ctx context.Context, spec *Spec, matrix *compat.Matrix) (
 	if n == 0 {
 		return "", fmt.Errorf("start rollout: %w: %d selected, %d excluded", ErrNothingToDo, p.Selected, len(p.Excluded))
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	busy := map[string]string{}
-	for _, r := range e.runs {
-		if r.Phase.final() {
-			continue
-		}
-		for _, nr := range r.nodes {
-			busy[nr.Name] = r.ID
-		}
-	}
-	for _, w := range p.Waves {
-		for _, pn := range w.Nodes {
-			if id, ok := busy[pn.Name]; ok {
-				return "", fmt.Errorf("start rollout: %w: %s is in %s", ErrConflict, pn.Name, id)
+	var id string
+	err = e.busy.Claim(ctx, func(busy map[string]string) error {
+		for _, w := range p.Waves {
+			for _, pn := range w.Nodes {
+				if who, ok := busy[pn.Name]; ok {
+					return fmt.Errorf("start rollout: %w: %s is in %s", ErrConflict, pn.Name, who)
+				}
 			}
 		}
+		var err error
+		id, err = e.create(ctx, spec, p, n)
+		return err
+	})
+	if err != nil {
+		return "", err
 	}
+	e.wake()
+	return id, nil
+}
+
+// create writes a new rollout and takes it into memory.
+func (e *Engine) create(ctx context.Context, spec *Spec, p *PlanResult, n int) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	now := e.clock.Now()
 	r := &run{
 		ID: newID(spec.Name, now), Spec: spec, Plan: p, Phase: PhaseRunning,
@@ -261,7 +271,6 @@ func (e *Engine) Start(ctx context.Context, spec *Spec, matrix *compat.Matrix) (
 	e.byID[r.ID] = r
 	e.log.Info().Str("campaign", r.ID).Str("driver", spec.Target.Driver).Int("nodes", n).Int("waves", len(p.Waves)).
 		Int("excluded", len(p.Excluded)).Msg("rollout started")
-	e.wake()
 	return r.ID, nil
 }
 

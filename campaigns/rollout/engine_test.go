@@ -562,7 +562,7 @@ func TestRunOnWallClock(t *testing.T) {
 	f := newFakeFleet(clk, 3)
 	f.reboot = 20 * time.Millisecond
 	dr := newRecordingDrain(clk)
-	eng, err := NewEngine(openDB(t, t.TempDir()), f, dr, nil, clk, zerolog.Nop(), WithPollInterval(5*time.Millisecond))
+	eng, err := New(context.Background(), kit.Deps{DB: openDB(t, t.TempDir()), Fleet: f, Drainer: dr, Clock: clk, Logger: zerolog.Nop()}, Options{Poll: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,7 +641,8 @@ func TestStoredBaseline(t *testing.T) {
 		Key:       baselines.Key{Metric: DefaultMetric, Scope: baselines.NodeScope("gpu-001"), Stack: baselines.Stack{Driver: oldDriver}},
 		Direction: baselines.HigherBetter, Samples: st, Value: 600, Version: 3,
 	}}
-	eng, err := NewEngine(h.db, h.fleet, h.drain, nil, h.clock, zerolog.Nop(), WithPollInterval(15*time.Second), WithBaselines(static))
+	eng, err := New(context.Background(), kit.Deps{DB: h.db, Fleet: h.fleet, Drainer: h.drain, Clock: h.clock, Logger: zerolog.Nop()},
+		Options{Poll: 15 * time.Second, Baselines: static})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package rollout
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -12,13 +11,14 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver for tests
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/compat"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 const (
@@ -314,15 +314,8 @@ func (d *recordingDrain) ourDrains() []string {
 	return out
 }
 
-func openDB(t testing.TB, dir string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+filepath.Join(dir, "rollout.db")+"?_journal_mode=WAL&_synchronous=OFF&_busy_timeout=5000&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	t.Cleanup(func() { db.Close() })
-	return db
+func openDB(t testing.TB, dir string) *sqldb.DB {
+	return dbtest.OpenSQLite(t, filepath.Join(dir, "rollout.db"))
 }
 
 // harness is an engine on a fake fleet, stepped by the test.
@@ -333,7 +326,7 @@ type harness struct {
 	fleet   *fakeFleet
 	drain   *recordingDrain
 	breaker *kit.Breaker
-	db      *sql.DB
+	db      *sqldb.DB
 	eng     *Engine
 	matrix  *compat.Matrix
 	tick    time.Duration
@@ -350,7 +343,8 @@ func newHarness(t testing.TB, nodes int) *harness {
 
 func (h *harness) newEngine() *Engine {
 	h.t.Helper()
-	e, err := NewEngine(h.db, h.fleet, h.drain, h.breaker, h.clock, zerolog.Nop(), WithPollInterval(15*time.Second))
+	e, err := New(context.Background(), kit.Deps{DB: h.db, Fleet: h.fleet, Drainer: h.drain, Breaker: h.breaker, Clock: h.clock, Logger: zerolog.Nop()},
+		Options{Poll: 15 * time.Second})
 	if err != nil {
 		h.t.Fatal(err)
 	}

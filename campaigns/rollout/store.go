@@ -8,23 +8,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // ErrSchemaTooNew: the rollout tables were written by a newer fleetcheck.
-var ErrSchemaTooNew = errors.New("rollout tables are newer than this fleetcheck")
+var ErrSchemaTooNew = campaigndb.ErrSchemaTooNew
 
-// schemaVersion is the version of the rollout_ tables.
-const schemaVersion = 1
-
-// Times are unix milliseconds. Every table is prefixed rollout_ and
-// created only when missing, so the tables sit in the coordinator's
-// database beside its own migrations.
-const schemaV1 = `
-CREATE TABLE IF NOT EXISTS rollout_schema_version (
-	version    INTEGER PRIMARY KEY,
-	applied_at INTEGER NOT NULL
-);
+// Every table is prefixed rollout_ and sits in the coordinator's database
+// beside its own. Version 2 stores times as campaigndb's text (version 1
+// had unix milliseconds).
+const currentSchema = `
 CREATE TABLE IF NOT EXISTS rollout_runs (
 	id           TEXT PRIMARY KEY,
 	name         TEXT NOT NULL DEFAULT '',
@@ -33,15 +28,15 @@ CREATE TABLE IF NOT EXISTS rollout_runs (
 	phase        TEXT NOT NULL,
 	wave         INTEGER NOT NULL DEFAULT 0,
 	paused       INTEGER NOT NULL DEFAULT 0,
-	paused_at    INTEGER NOT NULL DEFAULT 0,
+	paused_at    TEXT NOT NULL DEFAULT '',
 	pause_reason TEXT NOT NULL DEFAULT '',
-	soak_until   INTEGER NOT NULL DEFAULT 0,
+	soak_until   TEXT NOT NULL DEFAULT '',
 	accepted     INTEGER NOT NULL DEFAULT 0,
 	halt_reason  TEXT NOT NULL DEFAULT '',
 	evidence     TEXT NOT NULL DEFAULT '[]',
-	created      INTEGER NOT NULL,
-	updated      INTEGER NOT NULL,
-	finished     INTEGER NOT NULL DEFAULT 0
+	created      TEXT NOT NULL,
+	updated      TEXT NOT NULL,
+	finished     TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS rollout_nodes (
 	rollout       TEXT NOT NULL,
@@ -49,12 +44,12 @@ CREATE TABLE IF NOT EXISTS rollout_nodes (
 	wave          INTEGER NOT NULL,
 	seq           INTEGER NOT NULL,
 	state         TEXT NOT NULL,
-	since         INTEGER NOT NULL,
-	deadline      INTEGER NOT NULL DEFAULT 0,
+	since         TEXT NOT NULL,
+	deadline      TEXT NOT NULL DEFAULT '',
 	op            TEXT NOT NULL DEFAULT 'upgrade',
 	from_driver   TEXT NOT NULL DEFAULT '',
 	drained_by_us INTEGER NOT NULL DEFAULT 0,
-	drained_at    INTEGER NOT NULL DEFAULT 0,
+	drained_at    TEXT NOT NULL DEFAULT '',
 	after_undrain TEXT NOT NULL DEFAULT '',
 	baseline      REAL NOT NULL DEFAULT 0,
 	baseline_from TEXT NOT NULL DEFAULT '',
@@ -66,62 +61,38 @@ CREATE TABLE IF NOT EXISTS rollout_nodes (
 	PRIMARY KEY (rollout, node)
 );
 CREATE TABLE IF NOT EXISTS rollout_events (
-	id      INTEGER PRIMARY KEY,
-	rollout TEXT NOT NULL,
-	time    INTEGER NOT NULL,
-	node    TEXT NOT NULL DEFAULT '',
-	kind    TEXT NOT NULL,
+	id         INTEGER PRIMARY KEY,
+	rollout    TEXT NOT NULL,
+	time       TEXT NOT NULL,
+	node       TEXT NOT NULL DEFAULT '',
+	kind       TEXT NOT NULL,
 	from_state TEXT NOT NULL DEFAULT '',
 	to_state   TEXT NOT NULL DEFAULT '',
-	message TEXT NOT NULL DEFAULT ''
+	message    TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS rollout_events_by_rollout ON rollout_events (rollout, id);
 `
 
+var schema = campaigndb.Schema{Name: "rollout", Current: currentSchema, Steps: []campaigndb.Step{{
+	What: "times as text instead of unix milliseconds",
+	Up: func(ctx context.Context, tx *sqldb.Tx) error {
+		ms := campaigndb.MillisToTime
+		return errors.Join(
+			campaigndb.Rebuild(ctx, tx, currentSchema, "rollout_runs", map[string]func(any) (any, error){
+				"paused_at": ms, "soak_until": ms, "created": ms, "updated": ms, "finished": ms}),
+			campaigndb.Rebuild(ctx, tx, currentSchema, "rollout_nodes", map[string]func(any) (any, error){
+				"since": ms, "deadline": ms, "drained_at": ms}),
+			campaigndb.Rebuild(ctx, tx, currentSchema, "rollout_events", map[string]func(any) (any, error){"time": ms}))
+	},
+}}}
+
 type store struct {
-	db *sql.DB
+	db *sqldb.DB
 }
 
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-// openStore creates the tables when missing and checks their version.
-func openStore(ctx context.Context, db *sql.DB, now time.Time) (*store, error) {
-	if db == nil {
-		return nil, errors.New("rollout store: nil database")
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("rollout store: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	if _, err := tx.ExecContext(ctx, schemaV1); err != nil {
-		return nil, fmt.Errorf("rollout store: create tables: %w", err)
-	}
-	var v sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM rollout_schema_version`).Scan(&v); err != nil {
-		return nil, fmt.Errorf("rollout store: read schema version: %w", err)
-	}
-	switch {
-	case !v.Valid:
-		if _, err := tx.ExecContext(ctx, `INSERT INTO rollout_schema_version (version, applied_at) VALUES (?, ?)`, schemaVersion, ms(now)); err != nil {
-			return nil, fmt.Errorf("rollout store: record schema version: %w", err)
-		}
-	case v.Int64 > schemaVersion:
-		return nil, fmt.Errorf("rollout store: %w: version %d, this fleetcheck knows %d", ErrSchemaTooNew, v.Int64, schemaVersion)
-	}
-	if err := tx.Commit(); err != nil {
+// openStore creates or upgrades the tables.
+func openStore(ctx context.Context, db *sqldb.DB, now time.Time) (*store, error) {
+	if err := schema.Migrate(ctx, db, now); err != nil {
 		return nil, fmt.Errorf("rollout store: %w", err)
 	}
 	return &store{db: db}, nil
@@ -133,7 +104,7 @@ type execer interface {
 
 // create writes a new rollout with all its nodes.
 func (s *store) create(ctx context.Context, r *run, evs []event) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *sqldb.Tx) error {
 		if err := writeRun(ctx, tx, r, true); err != nil {
 			return err
 		}
@@ -150,7 +121,7 @@ func (s *store) create(ctx context.Context, r *run, evs []event) error {
 // transaction: the transitions a step decided are durable together, before
 // any of them is acted on.
 func (s *store) save(ctx context.Context, runs []*run, evs []event) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *sqldb.Tx) error {
 		for _, r := range runs {
 			if r.dirty {
 				if err := writeRun(ctx, tx, r, false); err != nil {
@@ -169,17 +140,9 @@ func (s *store) save(ctx context.Context, runs []*run, evs []event) error {
 	})
 }
 
-func (s *store) tx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("rollout store: begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
+func (s *store) tx(ctx context.Context, fn func(tx *sqldb.Tx) error) error {
+	if err := s.db.Tx(ctx, fn); err != nil {
 		return fmt.Errorf("rollout store: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("rollout store: commit: %w", err)
 	}
 	return nil
 }
@@ -201,8 +164,8 @@ func writeRun(ctx context.Context, ex execer, r *run, insert bool) error {
 		_, err = ex.ExecContext(ctx, `INSERT INTO rollout_runs (id, name, spec, plan, phase, wave, paused, paused_at,
 			pause_reason, soak_until, accepted, halt_reason, evidence, created, updated, finished)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.ID, r.Spec.Name, string(spec), string(plan), string(r.Phase), r.Wave, r.Paused, ms(r.PauseAt),
-			r.PauseReason, ms(r.SoakUntil), r.Accepted, r.HaltReason, string(evidence), ms(r.Created), ms(r.Updated), ms(r.Finished))
+			r.ID, r.Spec.Name, string(spec), string(plan), string(r.Phase), r.Wave, campaigndb.Bool(r.Paused), tm(r.PauseAt),
+			r.PauseReason, tm(r.SoakUntil), r.Accepted, r.HaltReason, string(evidence), tm(r.Created), tm(r.Updated), tm(r.Finished))
 		if err != nil {
 			return fmt.Errorf("insert rollout %s: %w", r.ID, err)
 		}
@@ -210,8 +173,8 @@ func writeRun(ctx context.Context, ex execer, r *run, insert bool) error {
 	}
 	_, err = ex.ExecContext(ctx, `UPDATE rollout_runs SET phase = ?, wave = ?, paused = ?, paused_at = ?, pause_reason = ?,
 		soak_until = ?, accepted = ?, halt_reason = ?, evidence = ?, updated = ?, finished = ? WHERE id = ?`,
-		string(r.Phase), r.Wave, r.Paused, ms(r.PauseAt), r.PauseReason, ms(r.SoakUntil), r.Accepted,
-		r.HaltReason, string(evidence), ms(r.Updated), ms(r.Finished), r.ID)
+		string(r.Phase), r.Wave, campaigndb.Bool(r.Paused), tm(r.PauseAt), r.PauseReason, tm(r.SoakUntil), r.Accepted,
+		r.HaltReason, string(evidence), tm(r.Updated), tm(r.Finished), r.ID)
 	if err != nil {
 		return fmt.Errorf("update rollout %s: %w", r.ID, err)
 	}
@@ -239,8 +202,8 @@ func writeNode(ctx context.Context, ex execer, id string, n *nodeRec, insert boo
 			after_undrain, baseline, baseline_from, pre, hold, reason, evidence, upgrades, rollout, node)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	}
-	_, err = ex.ExecContext(ctx, q, n.Wave, n.Seq, string(n.State), ms(n.Since), ms(n.Deadline), n.Op, n.FromDriver,
-		n.DrainedByUs, ms(n.DrainedAt), string(n.After), n.Baseline, n.BaselineFrom, pre, n.Hold,
+	_, err = ex.ExecContext(ctx, q, n.Wave, n.Seq, string(n.State), tm(n.Since), tm(n.Deadline), n.Op, n.FromDriver,
+		campaigndb.Bool(n.DrainedByUs), tm(n.DrainedAt), string(n.After), n.Baseline, n.BaselineFrom, pre, n.Hold,
 		n.Reason, string(evidence), n.Upgrades, id, n.Name)
 	if err != nil {
 		return fmt.Errorf("write node %s of %s: %w", n.Name, id, err)
@@ -251,7 +214,7 @@ func writeNode(ctx context.Context, ex execer, id string, n *nodeRec, insert boo
 func writeEvents(ctx context.Context, ex execer, evs []event) error {
 	for _, e := range evs {
 		if _, err := ex.ExecContext(ctx, `INSERT INTO rollout_events (rollout, time, node, kind, from_state, to_state, message)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, e.Rollout, ms(e.Time), e.Node, e.Kind, string(e.From), string(e.To), e.Message); err != nil {
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, e.Rollout, tm(e.Time), e.Node, e.Kind, string(e.From), string(e.To), e.Message); err != nil {
 			return fmt.Errorf("write event: %w", err)
 		}
 	}
@@ -271,7 +234,7 @@ func (s *store) load(ctx context.Context) ([]*run, error) {
 		var (
 			r                                          run
 			spec, plan, phase, evidence                string
-			pausedAt, soak, created, updated, finished int64
+			pausedAt, soak, created, updated, finished string
 		)
 		if err := rows.Scan(&r.ID, &spec, &plan, &phase, &r.Wave, &r.Paused, &pausedAt, &r.PauseReason, &soak,
 			&r.Accepted, &r.HaltReason, &evidence, &created, &updated, &finished); err != nil {
@@ -279,7 +242,7 @@ func (s *store) load(ctx context.Context) ([]*run, error) {
 			return nil, fmt.Errorf("rollout store: load: %w", err)
 		}
 		r.Phase = Phase(phase)
-		r.PauseAt, r.SoakUntil, r.Created, r.Updated, r.Finished = fromMS(pausedAt), fromMS(soak), fromMS(created), fromMS(updated), fromMS(finished)
+		r.PauseAt, r.SoakUntil, r.Created, r.Updated, r.Finished = campaigndb.ParseTime(pausedAt), campaigndb.ParseTime(soak), campaigndb.ParseTime(created), campaigndb.ParseTime(updated), campaigndb.ParseTime(finished)
 		r.Spec = &Spec{}
 		if err := json.Unmarshal([]byte(spec), r.Spec); err != nil {
 			rows.Close()
@@ -316,14 +279,14 @@ func (s *store) load(ctx context.Context) ([]*run, error) {
 		var (
 			n                               nodeRec
 			id, state, after, pre, evidence string
-			since, deadline, drainedAt      int64
+			since, deadline, drainedAt      string
 		)
 		if err := rows.Scan(&id, &n.Name, &n.Wave, &n.Seq, &state, &since, &deadline, &n.Op, &n.FromDriver,
 			&n.DrainedByUs, &drainedAt, &after, &n.Baseline, &n.BaselineFrom, &pre, &n.Hold, &n.Reason, &evidence, &n.Upgrades); err != nil {
 			return nil, fmt.Errorf("rollout store: load nodes: %w", err)
 		}
 		n.State, n.After = State(state), State(after)
-		n.Since, n.Deadline, n.DrainedAt = fromMS(since), fromMS(deadline), fromMS(drainedAt)
+		n.Since, n.Deadline, n.DrainedAt = campaigndb.ParseTime(since), campaigndb.ParseTime(deadline), campaigndb.ParseTime(drainedAt)
 		if pre != "" {
 			n.PreDone = true
 			n.Pre = map[string]report.Status{}
@@ -375,12 +338,12 @@ func (s *store) events(ctx context.Context, id, node string, limit int) ([]Event
 	var out []Event
 	for rows.Next() {
 		var e Event
-		var t int64
+		var t string
 		var from, to string
 		if err := rows.Scan(&t, &e.Node, &e.Kind, &from, &to, &e.Message); err != nil {
 			return nil, fmt.Errorf("rollout store: events: %w", err)
 		}
-		e.Time, e.From, e.To = fromMS(t), State(from), State(to)
+		e.Time, e.From, e.To = campaigndb.ParseTime(t), State(from), State(to)
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
@@ -391,6 +354,9 @@ func (s *store) events(ctx context.Context, id, node string, limit int) ([]Event
 	}
 	return out, nil
 }
+
+// tm is how the rollout tables store a time.
+func tm(t time.Time) string { return campaigndb.Time(t) }
 
 func nonNil(s []string) []string {
 	if s == nil {

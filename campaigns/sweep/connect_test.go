@@ -70,7 +70,7 @@ func TestSweepWaitsForReconnectingAgents(t *testing.T) {
 		"gpu-0003": start.Add(40 * time.Second),
 		"gpu-0007": start.Add(24 * time.Hour),
 	}}
-	eng, err := New(Config{Fleet: fleet, Store: h.store, Baselines: referenceSource(t), Clock: clk})
+	eng, err := New(context.Background(), kit.Deps{Fleet: fleet, Clock: clk}, Options{Store: h.store, Baselines: referenceSource(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +122,8 @@ func TestSweepResumeWaitsForAgents(t *testing.T) {
 			clk := h.fleet.Clock()
 			fleet := &reconnecting{Fleet: h.calls, clock: clk, until: map[string]time.Time{}}
 			engine := func() *Engine {
-				e, err := New(Config{Fleet: fleet, Store: h.store, Baselines: referenceSource(t), Clock: clk,
-					NewID: func(time.Time) string { return "sweep-1" }})
+				e, err := New(context.Background(), kit.Deps{Fleet: fleet, Clock: clk},
+					Options{Store: h.store, Baselines: referenceSource(t), NewID: func(time.Time) string { return "sweep-1" }})
 				if err != nil {
 					t.Fatal(err)
 				}

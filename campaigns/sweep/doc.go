@@ -27,9 +27,9 @@
 // is stored: Engine.Run on an interrupted sweep continues it, re-runs only
 // tests that were started and not finished, and never a finished one.
 //
-// Wiring: the coordinator implements kit.Fleet, passes a Store
-// (NewSQLiteStore on its database), a BaselineSource (FinderSource over
-// its baselines store), optionally a Drainer (a drain.Adapter) and a
-// kit.Breaker, calls Resume at start, Sweep (or Start then Run) from
+// Wiring: the coordinator implements kit.Fleet and calls New with the
+// kit.Deps every campaign engine takes (its database: the engine opens an
+// SQLStore on it; optionally a drain.Adapter and a kit.Breaker) and
+// Options with a BaselineSource (FinderSource over its baselines store), calls Resume at start, Sweep (or Start then Run) from
 // the CLI and its schedule, and Status, Report and List for the CLI.
 package sweep

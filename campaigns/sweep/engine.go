@@ -43,23 +43,12 @@ type DrainFunc func(ctx context.Context, node, reason string) error
 // Drain calls f.
 func (f DrainFunc) Drain(ctx context.Context, node, reason string) error { return f(ctx, node, reason) }
 
-// Config wires an Engine.
-type Config struct {
-	Fleet     kit.Fleet
-	Store     Store
+// Options are the sweep engine's own knobs.
+type Options struct {
+	// Store keeps the sweeps (nil: an SQLStore on Deps.DB).
+	Store Store
+	// Baselines decide the verdicts (required).
 	Baselines BaselineSource
-	// Clock is the campaign clock (nil: the wall clock). A virtual clock
-	// with Join and Leave methods (simfleet.Clock) is told which goroutines
-	// take part, so simulated time moves only when all of them wait.
-	Clock kit.Clock
-	// Drainer is used when a spec asks to drain; nil records the drains
-	// as skipped.
-	Drainer Drainer
-	// Breaker is asked before every drain (nil allows all); the coordinator
-	// shares one among campaigns and restores it with BreakerRecords.
-	Breaker *kit.Breaker
-	// Logger: zero value logs nothing.
-	Logger zerolog.Logger
 	// OnProgress, when set, is called after every finished test and new
 	// wave (from the engine's goroutines, one call at a time).
 	OnProgress func(Progress)
@@ -67,11 +56,26 @@ type Config struct {
 	NewID func(now time.Time) string
 }
 
+// engineConfig is what the engine runs with.
+type engineConfig struct {
+	Fleet     kit.Fleet
+	Store     Store
+	Baselines BaselineSource
+	// Drainer is used when a spec asks to drain; nil records the drains
+	// as skipped.
+	Drainer Drainer
+	// Breaker is asked before every drain (nil allows all).
+	Breaker    *kit.Breaker
+	OnProgress func(Progress)
+	NewID      func(now time.Time) string
+}
+
 // Engine runs sweeps. It is safe for concurrent use; one sweep is run by
 // one Run call at a time.
 type Engine struct {
-	cfg   Config
+	cfg   engineConfig
 	clock kit.Clock
+	busy  *kit.Busy
 	log   zerolog.Logger
 
 	mu       sync.Mutex
@@ -82,24 +86,60 @@ type Engine struct {
 	waits kit.ConnectWaits
 }
 
-// New checks the wiring.
-func New(cfg Config) (*Engine, error) {
-	switch {
-	case cfg.Fleet == nil:
-		return nil, errors.New("sweep engine: no fleet")
-	case cfg.Store == nil:
-		return nil, errors.New("sweep engine: no store")
-	case cfg.Baselines == nil:
+// New checks the wiring and opens the store. A clock with Join and Leave
+// (simfleet.Clock) is told which goroutines take part, so simulated time
+// moves only when all of them wait. Deps.Drainer nil records the drains a
+// spec asks for as skipped. The engine registers its running sweeps'
+// nodes in d.Busy and leaves out nodes other campaigns hold.
+func New(ctx context.Context, d kit.Deps, opts Options) (*Engine, error) {
+	drainer := d.Drainer
+	d, err := d.Check("sweep engine")
+	if err != nil {
+		return nil, err
+	}
+	if opts.Baselines == nil {
 		return nil, errors.New("sweep engine: no baseline source")
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = kit.WallClock{}
+	cfg := engineConfig{Fleet: d.Fleet, Store: opts.Store, Baselines: opts.Baselines, Breaker: d.Breaker,
+		OnProgress: opts.OnProgress, NewID: opts.NewID}
+	if drainer != nil {
+		cfg.Drainer = drainer
+	}
+	if cfg.Store == nil {
+		if d.DB == nil {
+			return nil, errors.New("sweep engine: no store and no database")
+		}
+		if cfg.Store, err = OpenSQLStore(ctx, d.DB, d.Clock.Now()); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.NewID == nil {
 		cfg.NewID = func(now time.Time) string { return kit.NewID("sweep", now) }
 	}
-	return &Engine{cfg: cfg, clock: clock, log: cfg.Logger, running: map[string]*Progress{}}, nil
+	e := &Engine{cfg: cfg, clock: d.Clock, busy: d.Busy, log: d.Logger, running: map[string]*Progress{}}
+	e.busy.Register("sweep", e.busyNodes)
+	return e, nil
+}
+
+// Store is where the engine keeps its sweeps.
+func (e *Engine) Store() Store { return e.cfg.Store }
+
+// busyNodes lists the nodes of running sweeps, for kit.Busy.
+func (e *Engine) busyNodes(ctx context.Context) (map[string]string, error) {
+	recs, err := e.cfg.Store.Sweeps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, r := range recs {
+		if r.State != StateRunning {
+			continue
+		}
+		for _, n := range r.Nodes {
+			out[n.Name] = "sweep " + r.ID
+		}
+	}
+	return out, nil
 }
 
 // Start selects the nodes and stores a new sweep; Run runs it.
@@ -112,11 +152,38 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("start sweep: list nodes %q: %w", spec.Selector, err)
 	}
+	var rec Record
+	err = e.busy.Claim(ctx, func(held map[string]string) error {
+		var err error
+		rec, err = e.create(ctx, spec, nodes, held)
+		return err
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	id := rec.ID
+	e.log.Info().Str("campaign", id).Int("nodes", len(rec.Nodes)).Int("skipped", len(rec.Skipped)).
+		Int("unreachable", len(rec.Unreachable)).Int("deferred", len(rec.Deferred)).Msg("sweep started")
+	return rec, nil
+}
+
+// create selects the nodes, leaving out those other campaigns hold, and
+// stores the new sweep.
+func (e *Engine) create(ctx context.Context, spec Spec, nodes []kit.Node, held map[string]string) (Record, error) {
+	var free []kit.Node
+	var heldSkips []Skip
+	for _, n := range nodes {
+		if who, ok := held[n.Name]; ok {
+			heldSkips = append(heldSkips, Skip{Node: n.Name, Reason: "held by " + who})
+			continue
+		}
+		free = append(free, n)
+	}
 	last, err := e.cfg.Store.Coverage(ctx)
 	if err != nil {
 		return Record{}, fmt.Errorf("start sweep: %w", err)
 	}
-	sel := selectNodes(nodes, spec, last)
+	sel := selectNodes(free, spec, last)
 	now := e.clock.Now()
 	id := e.cfg.NewID(now)
 	seed := spec.Seed
@@ -126,7 +193,7 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (Record, error) {
 	rec := Record{
 		ID: id, Spec: spec, Seed: seed, State: StateRunning,
 		Created: now, Started: now,
-		Unreachable: sel.unreachable, Skipped: sel.skipped, Deferred: sel.deferred, Coverage: sel.cov,
+		Unreachable: sel.unreachable, Skipped: append(sel.skipped, heldSkips...), Deferred: sel.deferred, Coverage: sel.cov,
 	}
 	for _, n := range sel.take {
 		rec.Nodes = append(rec.Nodes, nodeInfo(n))
@@ -134,8 +201,6 @@ func (e *Engine) Start(ctx context.Context, spec Spec) (Record, error) {
 	if err := e.cfg.Store.CreateSweep(ctx, rec); err != nil {
 		return Record{}, fmt.Errorf("start sweep: %w", err)
 	}
-	e.log.Info().Str("campaign", id).Int("nodes", len(rec.Nodes)).Int("skipped", len(rec.Skipped)).
-		Int("unreachable", len(rec.Unreachable)).Int("deferred", len(rec.Deferred)).Msg("sweep started")
 	return rec, nil
 }
 

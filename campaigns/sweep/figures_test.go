@@ -183,13 +183,13 @@ func runEngine(tb testing.TB, seed uint64, dir string) figures {
 	tb.Helper()
 	f, truth := figureFleet(tb, seed)
 	db := openDB(tb, filepath.Join(dir, fmt.Sprintf("sweep-%d.db", seed)))
-	store, err := NewSQLiteStore(context.Background(), db)
+	store, err := OpenSQLStore(context.Background(), db, f.Clock().Now())
 	if err != nil {
 		tb.Fatal(err)
 	}
 	rec := &recorder{Fleet: f}
-	e, err := New(Config{Fleet: rec, Store: store, Baselines: referenceSource(tb), Clock: f.Clock(),
-		NewID: func(time.Time) string { return "sweep-figures" }})
+	e, err := New(context.Background(), kit.Deps{Fleet: rec, Clock: f.Clock()},
+		Options{Store: store, Baselines: referenceSource(tb), NewID: func(time.Time) string { return "sweep-figures" }})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -93,8 +93,8 @@ func newHarness(t testing.TB, cfg simfleet.Config, store Store, faults ...simfle
 func (h *harness) newEngine(t testing.TB) *Engine {
 	t.Helper()
 	n := 0
-	e, err := New(Config{
-		Fleet: h.calls, Store: h.store, Baselines: referenceSource(t), Clock: h.fleet.Clock(),
+	e, err := New(context.Background(), kit.Deps{Fleet: h.calls, Clock: h.fleet.Clock()}, Options{
+		Store: h.store, Baselines: referenceSource(t),
 		NewID: func(time.Time) string { n++; return fmt.Sprintf("sweep-%d", n) },
 	})
 	if err != nil {

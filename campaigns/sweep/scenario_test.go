@@ -2,7 +2,6 @@ package sweep
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
 
@@ -344,20 +345,11 @@ func TestSweepRenderedFleet(t *testing.T) {
 	wantVerdicts(t, rep, map[string]Kind{"gpu-0004": GPUSide})
 }
 
-func openDB(t testing.TB, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_busy_timeout=10000&_synchronous=NORMAL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
+func openDB(t testing.TB, path string) *sqldb.DB { return dbtest.OpenSQLite(t, path) }
 
-func sqliteStore(t *testing.T, db *sql.DB) *SQLiteStore {
+func sqliteStore(t *testing.T, db *sqldb.DB) *SQLStore {
 	t.Helper()
-	s, err := NewSQLiteStore(context.Background(), db)
+	s, err := OpenSQLStore(context.Background(), db, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +454,7 @@ func TestSQLiteStore(t *testing.T) {
 	ctx := context.Background()
 	db := openDB(t, filepath.Join(t.TempDir(), "s.db"))
 	s := sqliteStore(t, db)
-	if _, err := NewSQLiteStore(ctx, db); err != nil { // idempotent
+	if _, err := OpenSQLStore(ctx, db, time.Now()); err != nil { // idempotent
 		t.Fatal(err)
 	}
 	rec := Record{ID: "a", State: StateRunning, Spec: Spec{Selector: "sku=h100"}, Nodes: []NodeInfo{{Name: "n1"}}}

@@ -16,7 +16,6 @@ import (
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
-	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
@@ -51,7 +50,7 @@ func runBurnin(ctx context.Context, opts CampaignOptions) (*BurninResult, error)
 		return nil, err
 	}
 	defer func() { _ = db.Close() }() // the demo's own store; the run's error is what counts
-	store, err := baselines.NewStore(db)
+	store, err := baselines.NewSQLStore(db)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +65,7 @@ func runBurnin(ctx context.Context, opts CampaignOptions) (*BurninResult, error)
 		return nil, err
 	}
 	fleet := &burninFleet{Fleet: sf, clock: sf.Clock()}
-	eng, err := burnin.NewEngine(db, fleet, drain.NewNone(nil), nil, store, fleet.clock, zerolog.Nop())
+	eng, err := burnin.New(ctx, kit.Deps{DB: db, Fleet: fleet, Clock: fleet.clock, Logger: zerolog.Nop()}, burnin.Options{Baselines: store})
 	if err != nil {
 		return nil, err
 	}

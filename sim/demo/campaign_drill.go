@@ -17,7 +17,6 @@ import (
 	"github.com/fleetcheck/fleetcheck/checks"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
 	"github.com/fleetcheck/fleetcheck/internal/config"
-	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/selector"
 	"github.com/fleetcheck/fleetcheck/node/host/sim"
@@ -70,7 +69,7 @@ func runDrill(ctx context.Context, opts CampaignOptions) (*DrillResult, error) {
 		return nil, err
 	}
 	defer func() { _ = db.Close() }() // the demo's own store; the run's error is what counts
-	eng, err := drill.NewEngine(db, f, drain.NewNone(nil), nil, f.clock, zerolog.Nop())
+	eng, err := drill.New(ctx, kit.Deps{DB: db, Fleet: f, Clock: f.clock, Logger: zerolog.Nop()}, drill.Options{})
 	if err != nil {
 		return nil, err
 	}

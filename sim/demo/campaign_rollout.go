@@ -16,7 +16,6 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/internal/compat"
-	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
@@ -91,7 +90,7 @@ func runOneRollout(ctx context.Context, opts CampaignOptions, name, driver strin
 		return nil, 0, err
 	}
 	defer func() { _ = db.Close() }() // the demo's own store; the run's error is what counts
-	eng, err := rollout.NewEngine(db, f, drain.NewNone(nil), nil, f.clock, zerolog.Nop(), rollout.WithPollInterval(10*time.Second))
+	eng, err := rollout.New(ctx, kit.Deps{DB: db, Fleet: f, Clock: f.clock, Logger: zerolog.Nop()}, rollout.Options{Poll: 10 * time.Second})
 	if err != nil {
 		return nil, 0, err
 	}

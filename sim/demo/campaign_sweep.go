@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
@@ -55,10 +56,9 @@ func runSweep(ctx context.Context, opts CampaignOptions) (*SweepResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := sweep.New(sweep.Config{
-		Fleet: f, Store: sweep.NewMemStore(), Clock: f.Clock(),
-		Baselines: sweep.FinderSource{Finder: baselines.Static(ref)},
-		NewID:     func(time.Time) string { return "sweep-demo" },
+	eng, err := sweep.New(ctx, kit.Deps{Fleet: f, Clock: f.Clock()}, sweep.Options{
+		Store: sweep.NewMemStore(), Baselines: sweep.FinderSource{Finder: baselines.Static(ref)},
+		NewID: func(time.Time) string { return "sweep-demo" },
 	})
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,7 @@ import (
 	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver the campaign engines' stores use
 
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // CampaignScenarios lists the campaign scenarios RunCampaign knows, in
@@ -85,17 +85,11 @@ func RunCampaign(ctx context.Context, name string, opts CampaignOptions, into *C
 	return nil
 }
 
-// openCampaignDB opens a fresh SQLite database for one engine. One
-// connection: the engines serialize their writes anyway, and SQLite
-// would otherwise answer "database is locked".
-func openCampaignDB(dir, name string) (*sql.DB, error) {
-	dsn := "file:" + filepath.Join(dir, name+".db") + "?_journal_mode=WAL&_synchronous=OFF&_busy_timeout=5000&_txlock=immediate"
-	db, err := sql.Open("sqlite3", dsn)
-	if err != nil {
-		return nil, err
-	}
-	db.SetMaxOpenConns(1)
-	return db, nil
+// openCampaignDB opens a fresh SQLite database for one engine, as the
+// coordinator's store would (sqldb: WAL, busy timeout, immediate write
+// transactions).
+func openCampaignDB(dir, name string) (*sqldb.DB, error) {
+	return sqldb.Open(context.Background(), filepath.Join(dir, name+".db"), sqldb.Options{})
 }
 
 // heading prints a scenario's title line.

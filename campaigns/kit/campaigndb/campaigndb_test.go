@@ -26,3 +26,11 @@ func TestJSON(t *testing.T) {
 		t.Errorf("an unmarshalable value = %s, want null", got)
 	}
 }
+
+func TestTimeIsFixedWidth(t *testing.T) {
+	a := Time(time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC))
+	b := Time(time.Date(2026, 1, 1, 0, 0, 1, 500e6, time.UTC))
+	if len(a) != len(b) || a >= b {
+		t.Errorf("%q and %q: want the same width, in time order", a, b)
+	}
+}

@@ -7,26 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
-// SQLiteSchemaVersion is the version of the sweep_ tables.
-const SQLiteSchemaVersion = 1
-
-// sqliteSchema creates the tables when missing: NewSQLiteStore runs it on
-// every start, beside whatever the database's owner runs. The record and
-// each test are JSON documents; the columns beside them are what queries
-// select on.
-const sqliteSchema = `
-CREATE TABLE IF NOT EXISTS sweep_schema_version (
-	version    INTEGER NOT NULL PRIMARY KEY,
-	applied_at TEXT    NOT NULL
-);
+// sqlSchema is the sweep_ tables. The record and each test are JSON
+// documents; the columns beside them are what queries select on. Version
+// 2 stores every time as campaigndb's text (version 1 had variable-width
+// text, and unix milliseconds for coverage).
+const sqlSchema = `
 CREATE TABLE IF NOT EXISTS sweep_runs (
 	id      TEXT    NOT NULL PRIMARY KEY,
 	state   TEXT    NOT NULL,
 	phase   TEXT    NOT NULL,
 	wave    INTEGER NOT NULL,
-	created TEXT    NOT NULL, -- RFC 3339, UTC, campaign clock
+	created TEXT    NOT NULL, -- campaign clock
 	ended   TEXT    NOT NULL DEFAULT '',
 	error   TEXT    NOT NULL DEFAULT '',
 	record  TEXT    NOT NULL, -- Record JSON without state, phase, wave, report
@@ -50,78 +46,50 @@ CREATE TABLE IF NOT EXISTS sweep_drains (
 	PRIMARY KEY (sweep_id, node)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sweep_coverage (
-	node         TEXT    NOT NULL PRIMARY KEY,
-	last_covered INTEGER NOT NULL, -- unix ms, campaign clock
-	sweep_id     TEXT    NOT NULL
+	node         TEXT NOT NULL PRIMARY KEY,
+	last_covered TEXT NOT NULL, -- campaign clock
+	sweep_id     TEXT NOT NULL
 ) WITHOUT ROWID;
 `
 
-// SQLiteStore keeps sweeps in sweep_* tables of a database someone else
-// opened (the coordinator's). Every write is one statement or one
-// transaction. SQLite serializes writers: give it a handle with a busy
-// timeout, or a single connection.
-type SQLiteStore struct {
-	db *sql.DB
+var sqlTables = campaigndb.Schema{Name: "sweep", Current: sqlSchema, Steps: []campaigndb.Step{{
+	What: "times in campaigndb's text",
+	Up: func(ctx context.Context, tx *sqldb.Tx) error {
+		return errors.Join(
+			campaigndb.RewriteTimes(ctx, tx, "sweep_runs", "created", "ended"),
+			campaigndb.Rebuild(ctx, tx, sqlSchema, "sweep_coverage",
+				map[string]func(any) (any, error){"last_covered": campaigndb.MillisToTime}))
+	},
+}}}
+
+// SQLStore keeps sweeps in sweep_* tables of a database someone else
+// opened (the coordinator's; SQLite or PostgreSQL). Every write is one
+// transaction.
+type SQLStore struct {
+	db *sqldb.DB
 }
 
-var _ Store = (*SQLiteStore)(nil)
+var _ Store = (*SQLStore)(nil)
 
-// NewSQLiteStore creates the sweep tables when missing.
-func NewSQLiteStore(ctx context.Context, db *sql.DB) (*SQLiteStore, error) {
-	if db == nil {
-		return nil, errors.New("sweep store: nil database")
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
+// OpenSQLStore creates or upgrades the sweep tables.
+func OpenSQLStore(ctx context.Context, db *sqldb.DB, now time.Time) (*SQLStore, error) {
+	if err := sqlTables.Migrate(ctx, db, now); err != nil {
 		return nil, fmt.Errorf("sweep store: %w", err)
 	}
-	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, sqliteSchema); err != nil {
-		return nil, fmt.Errorf("sweep store: create tables: %w", err)
-	}
-	var v int
-	err = tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM sweep_schema_version`).Scan(&v)
-	if err != nil {
-		return nil, fmt.Errorf("sweep store: schema version: %w", err)
-	}
-	switch {
-	case v > SQLiteSchemaVersion:
-		return nil, fmt.Errorf("sweep store: schema version %d is newer than this fleetcheck's %d", v, SQLiteSchemaVersion)
-	case v < SQLiteSchemaVersion:
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sweep_schema_version (version, applied_at) VALUES (?, ?)`,
-			SQLiteSchemaVersion, time.Now().UTC().Format(time.RFC3339)); err != nil {
-			return nil, fmt.Errorf("sweep store: schema version: %w", err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("sweep store: %w", err)
-	}
-	return &SQLiteStore{db: db}, nil
+	return &SQLStore{db: db}, nil
 }
 
-func timeText(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
-}
-
-func parseTime(s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	return time.Parse(time.RFC3339Nano, s)
-}
+func timeText(t time.Time) string { return campaigndb.Time(t) }
 
 // CreateSweep implements Store.
-func (s *SQLiteStore) CreateSweep(ctx context.Context, r Record) error {
+func (s *SQLStore) CreateSweep(ctx context.Context, r Record) error {
 	body := r
 	body.Report = nil
 	data, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("create sweep %s: %w", r.ID, err)
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO sweep_runs (id, state, phase, wave, created, ended, error, record)
+	res, err := s.exec(ctx, `INSERT INTO sweep_runs (id, state, phase, wave, created, ended, error, record)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
 		r.ID, string(r.State), string(r.Phase), r.Wave, timeText(r.Created), timeText(r.Ended), r.Error, string(data))
 	if err != nil {
@@ -150,11 +118,7 @@ func scanRecord(sc interface{ Scan(...any) error }, withReport bool) (Record, er
 		return Record{}, fmt.Errorf("sweep %s record: %w", id, err)
 	}
 	r.ID, r.State, r.Phase, r.Wave, r.Error = id, State(state), Phase(phase), wave, errText
-	t, err := parseTime(ended)
-	if err != nil {
-		return Record{}, fmt.Errorf("sweep %s end time: %w", id, err)
-	}
-	r.Ended = t
+	r.Ended = campaigndb.ParseTime(ended)
 	if rep != "" {
 		r.Report = &Report{}
 		if err := json.Unmarshal([]byte(rep), r.Report); err != nil {
@@ -165,7 +129,7 @@ func scanRecord(sc interface{ Scan(...any) error }, withReport bool) (Record, er
 }
 
 // Sweep implements Store.
-func (s *SQLiteStore) Sweep(ctx context.Context, id string) (Record, error) {
+func (s *SQLStore) Sweep(ctx context.Context, id string) (Record, error) {
 	row := s.db.QueryRowContext(ctx, `SELECT `+runColumns+`, report FROM sweep_runs WHERE id = ?`, id)
 	r, err := scanRecord(row, true)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -178,7 +142,7 @@ func (s *SQLiteStore) Sweep(ctx context.Context, id string) (Record, error) {
 }
 
 // Sweeps implements Store.
-func (s *SQLiteStore) Sweeps(ctx context.Context) ([]Record, error) {
+func (s *SQLStore) Sweeps(ctx context.Context) ([]Record, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+runColumns+` FROM sweep_runs ORDER BY created DESC, id DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("list sweeps: %w", err)
@@ -199,14 +163,14 @@ func (s *SQLiteStore) Sweeps(ctx context.Context) ([]Record, error) {
 }
 
 // SaveSelection implements Store.
-func (s *SQLiteStore) SaveSelection(ctx context.Context, r Record) error {
+func (s *SQLStore) SaveSelection(ctx context.Context, r Record) error {
 	body := r
 	body.Report = nil
 	data, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("save selection of sweep %s: %w", r.ID, err)
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE sweep_runs SET record = ? WHERE id = ?`, string(data), r.ID)
+	res, err := s.exec(ctx, `UPDATE sweep_runs SET record = ? WHERE id = ?`, string(data), r.ID)
 	if err != nil {
 		return fmt.Errorf("save selection of sweep %s: %w", r.ID, err)
 	}
@@ -217,8 +181,8 @@ func (s *SQLiteStore) SaveSelection(ctx context.Context, r Record) error {
 }
 
 // SavePlan implements Store.
-func (s *SQLiteStore) SavePlan(ctx context.Context, id string, phase Phase, wave int, tests []TestRecord) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+func (s *SQLStore) SavePlan(ctx context.Context, id string, phase Phase, wave int, tests []TestRecord) error {
+	return s.inTx(ctx, func(tx *sqldb.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sweep_runs SET phase = ?, wave = ? WHERE id = ?`, string(phase), wave, id)
 		if err != nil {
 			return err
@@ -245,12 +209,12 @@ func (s *SQLiteStore) SavePlan(ctx context.Context, id string, phase Phase, wave
 }
 
 // SaveTest implements Store.
-func (s *SQLiteStore) SaveTest(ctx context.Context, id string, t TestRecord) error {
+func (s *SQLStore) SaveTest(ctx context.Context, id string, t TestRecord) error {
 	data, err := json.Marshal(t)
 	if err != nil {
 		return fmt.Errorf("save test %d of sweep %s: %w", t.Seq, id, err)
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE sweep_tests SET state = ?, data = ? WHERE sweep_id = ? AND seq = ?`,
+	res, err := s.exec(ctx, `UPDATE sweep_tests SET state = ?, data = ? WHERE sweep_id = ? AND seq = ?`,
 		string(t.State), string(data), id, t.Seq)
 	if err != nil {
 		return fmt.Errorf("save test %d of sweep %s: %w", t.Seq, id, err)
@@ -262,7 +226,7 @@ func (s *SQLiteStore) SaveTest(ctx context.Context, id string, t TestRecord) err
 }
 
 // Tests implements Store.
-func (s *SQLiteStore) Tests(ctx context.Context, id string) ([]TestRecord, error) {
+func (s *SQLStore) Tests(ctx context.Context, id string) ([]TestRecord, error) {
 	var exists int
 	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sweep_runs WHERE id = ?`, id).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("tests of sweep %s: %w", id, err)
@@ -294,12 +258,12 @@ func (s *SQLiteStore) Tests(ctx context.Context, id string) ([]TestRecord, error
 }
 
 // SaveDrain implements Store.
-func (s *SQLiteStore) SaveDrain(ctx context.Context, id string, d DrainRecord) error {
+func (s *SQLStore) SaveDrain(ctx context.Context, id string, d DrainRecord) error {
 	data, err := json.Marshal(d)
 	if err != nil {
 		return fmt.Errorf("save drain of %s: %w", d.Node, err)
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO sweep_drains (sweep_id, node, state, data) VALUES (?, ?, ?, ?)
+	_, err = s.exec(ctx, `INSERT INTO sweep_drains (sweep_id, node, state, data) VALUES (?, ?, ?, ?)
 		ON CONFLICT(sweep_id, node) DO UPDATE SET state = excluded.state, data = excluded.data`,
 		id, d.Node, string(d.State), string(data))
 	if err != nil {
@@ -309,7 +273,7 @@ func (s *SQLiteStore) SaveDrain(ctx context.Context, id string, d DrainRecord) e
 }
 
 // Drains implements Store.
-func (s *SQLiteStore) Drains(ctx context.Context, id string) ([]DrainRecord, error) {
+func (s *SQLStore) Drains(ctx context.Context, id string) ([]DrainRecord, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT data FROM sweep_drains WHERE sweep_id = ? ORDER BY node`, id)
 	if err != nil {
 		return nil, fmt.Errorf("drains of sweep %s: %w", id, err)
@@ -334,7 +298,7 @@ func (s *SQLiteStore) Drains(ctx context.Context, id string) ([]DrainRecord, err
 }
 
 // Finish implements Store.
-func (s *SQLiteStore) Finish(ctx context.Context, id string, state State, errText string, rep *Report, covered []string, ended time.Time) error {
+func (s *SQLStore) Finish(ctx context.Context, id string, state State, errText string, rep *Report, covered []string, ended time.Time) error {
 	var repText string
 	if rep != nil {
 		data, err := json.Marshal(rep)
@@ -343,7 +307,7 @@ func (s *SQLiteStore) Finish(ctx context.Context, id string, state State, errTex
 		}
 		repText = string(data)
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(tx *sqldb.Tx) error {
 		q := `UPDATE sweep_runs SET state = ?, error = ?, report = ?, ended = ? WHERE id = ?`
 		if state == StateDone {
 			q = `UPDATE sweep_runs SET state = ?, error = ?, report = ?, ended = ?, phase = 'done' WHERE id = ?`
@@ -365,7 +329,7 @@ func (s *SQLiteStore) Finish(ctx context.Context, id string, state State, errTex
 			return err
 		}
 		defer func() { _ = st.Close() }() // the statement's work is done; the inserts' errors count
-		at := ended.UnixMilli()
+		at := timeText(ended)
 		for _, n := range covered {
 			if _, err := st.ExecContext(ctx, n, at, id); err != nil {
 				return fmt.Errorf("coverage of %s: %w", n, err)
@@ -376,7 +340,7 @@ func (s *SQLiteStore) Finish(ctx context.Context, id string, state State, errTex
 }
 
 // Coverage implements Store.
-func (s *SQLiteStore) Coverage(ctx context.Context) (map[string]time.Time, error) {
+func (s *SQLStore) Coverage(ctx context.Context) (map[string]time.Time, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT node, last_covered FROM sweep_coverage`)
 	if err != nil {
 		return nil, fmt.Errorf("sweep coverage: %w", err)
@@ -385,11 +349,11 @@ func (s *SQLiteStore) Coverage(ctx context.Context) (map[string]time.Time, error
 	out := map[string]time.Time{}
 	for rows.Next() {
 		var n string
-		var ms int64
-		if err := rows.Scan(&n, &ms); err != nil {
+		var at string
+		if err := rows.Scan(&n, &at); err != nil {
 			return nil, fmt.Errorf("sweep coverage: %w", err)
 		}
-		out[n] = time.UnixMilli(ms).UTC()
+		out[n] = campaigndb.ParseTime(at)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sweep coverage: %w", err)
@@ -397,18 +361,21 @@ func (s *SQLiteStore) Coverage(ctx context.Context) (map[string]time.Time, error
 	return out, nil
 }
 
-func (s *SQLiteStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error, format string, args ...any) error {
-	what := fmt.Sprintf(format, args...)
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback() // the error that matters is fn's
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+func (s *SQLStore) inTx(ctx context.Context, fn func(tx *sqldb.Tx) error, format string, args ...any) error {
+	if err := s.db.Tx(ctx, fn); err != nil {
+		return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)
 	}
 	return nil
 }
+
+// exec runs one write in its own transaction.
+func (s *SQLStore) exec(ctx context.Context, q string, args ...any) (rowsAffected, error) {
+	n, err := campaigndb.Exec(ctx, s.db, q, args...)
+	return rowsAffected(n), err
+}
+
+// rowsAffected lets exec's callers keep database/sql's shape.
+type rowsAffected int64
+
+// RowsAffected is the count.
+func (n rowsAffected) RowsAffected() (int64, error) { return int64(n), nil }
