@@ -132,8 +132,9 @@ func (ss *sessions) csrfFor(actor string) string {
 }
 
 var (
-	errNoCredentials = errors.New("no credentials: present an admin certificate or sign in with a token")
-	errSessionToken  = errors.New("unknown or expired session")
+	errNoCredentials  = errors.New("no credentials: present an admin certificate or sign in with a token")
+	errSessionToken   = errors.New("unknown or expired session")
+	errTooManyGuesses = errors.New("too many wrong tokens from this host: try again in a minute")
 )
 
 // identify finds who is asking. A client certificate decides alone: a
@@ -158,8 +159,12 @@ func (s *Server) identify(r *http.Request) (who, int, error) {
 		if !ok {
 			return who{}, http.StatusUnauthorized, errors.New("authorization header: want Bearer TOKEN")
 		}
+		if s.guard.locked(r.RemoteAddr) {
+			return who{}, http.StatusTooManyRequests, errTooManyGuesses
+		}
 		name, err := s.toks.lookup(strings.TrimSpace(tok))
 		if err != nil {
+			s.guard.failed(r.RemoteAddr)
 			return who{}, http.StatusUnauthorized, err
 		}
 		return who{ID: tokenIdentity(name, r.RemoteAddr), Via: viaToken}, 0, nil

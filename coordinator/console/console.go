@@ -66,6 +66,7 @@ type Server struct {
 	authz *authz.Authorizer
 	toks  *tokens
 	sess  *sessions
+	guard *guard // bounds token guessing per host
 	pages *pages
 	snap  fleetCache
 	mux   *http.ServeMux
@@ -109,7 +110,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With().Str("subsystem", "console").Logger(),
-		authz: a, toks: toks, sess: sess, pages: p}
+		authz: a, toks: toks, sess: sess, pages: p, guard: newGuard(opts.Now)}
 	// Consoles polling together share one read of the nodes per refresh
 	// (at most 5 s old): ten open consoles cost one read, not ten.
 	s.snap.ttl = min(5*time.Second, cfg.Refresh)

@@ -521,3 +521,29 @@ func TestConfigRanges(t *testing.T) {
 		t.Errorf("a TLS console without certificates: %v", err)
 	}
 }
+
+func TestTokenGuessingBounded(t *testing.T) {
+	t.Parallel()
+	_, base, e := tlsConsole(t, fakeFleet(4), Config{})
+	c := e.client("", "")
+	wrong := "Bearer " + strings.Repeat("w", 30)
+	codes := map[int]int{}
+	for range guessBurst + 3 {
+		code, _, _ := get(t, c, base+"/fleet", "Authorization", wrong)
+		codes[code]++
+	}
+	if codes[http.StatusUnauthorized] != guessBurst+1 || codes[http.StatusTooManyRequests] != 2 {
+		t.Errorf("wrong tokens answered %v, want %d x 401 then 429", codes, guessBurst+1)
+	}
+	// Locked out: the right token is refused too, before any lookup.
+	if code, _, _ := get(t, c, base+"/fleet", "Authorization", "Bearer "+aliceToken); code != http.StatusTooManyRequests {
+		t.Errorf("right token while locked out: %d, want 429", code)
+	}
+	if code, _, body := post(t, c, base+"/login", url.Values{"token": {aliceToken}}, base); code != http.StatusTooManyRequests || !strings.Contains(body, "too many wrong tokens") {
+		t.Errorf("sign-in while locked out: %d", code)
+	}
+	// A certificate is not a guess: an admin from the same host still gets in.
+	if code, _, _ := get(t, e.client(pki.KindAdmin, "alice"), base+"/fleet"); code != http.StatusOK {
+		t.Errorf("admin certificate during a lockout: %d", code)
+	}
+}

@@ -217,8 +217,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostFormValue("next"))
+	if s.guard.locked(r.RemoteAddr) {
+		w.WriteHeader(http.StatusTooManyRequests)
+		s.render(w, r, "login", "Sign in", loginView{Next: next, Error: errTooManyGuesses.Error()}, who{})
+		return
+	}
 	name, err := s.toks.lookup(strings.TrimSpace(r.PostFormValue("token")))
 	if err != nil {
+		s.guard.failed(r.RemoteAddr)
 		w.WriteHeader(http.StatusUnauthorized)
 		s.render(w, r, "login", "Sign in", loginView{Next: next, Error: "unknown token"}, who{})
 		return
