@@ -94,6 +94,7 @@ rereads its token file.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&logFormat, "log-format", "auto", "json, console, or auto (console when stderr is a terminal)")
 	cmd.AddCommand(newCoordinatorBackupCmd())
+	cmd.AddCommand(newCoordinatorMigrateCmd())
 	return cmd
 }
 

@@ -221,9 +221,14 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq
 			ids = append(ids, req.r.ID)
 		}
 	}
-	known, err := storedResults(ctx, tx, ids)
-	if err != nil {
-		return nil, err
+	// On PostgreSQL the insert itself finds the stored ones (ON CONFLICT
+	// in insertResults): one statement fewer per batch.
+	known := map[string]storedRow{}
+	if tx.Dialect() != sqldb.Postgres {
+		var err error
+		if known, err = storedResults(ctx, tx, ids); err != nil {
+			return nil, err
+		}
 	}
 
 	// An id belongs to the node that stored it first, in an earlier batch
@@ -254,7 +259,7 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq
 		inserting[r.ID] = i
 		fresh = append(fresh, req)
 	}
-	fresh, err = s.insertResults(ctx, tx, fresh, storedMS)
+	fresh, err := s.insertResults(ctx, tx, fresh, storedMS)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +299,7 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq
 
 	steps := []struct {
 		what, head, tail string
-		cols             int
+		types            []string // the columns' PostgreSQL types, for unnest
 		args             []any
 	}{
 		{"latest checks", `INSERT INTO node_checks (node, check_name, status, detail, result_id, finished) VALUES `,
@@ -302,17 +307,25 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq
 				status = excluded.status, detail = excluded.detail,
 				result_id = excluded.result_id, finished = excluded.finished
 			WHERE excluded.finished > node_checks.finished
-				OR (excluded.finished = node_checks.finished AND excluded.result_id >= node_checks.result_id)`, 6, latestRows(latestNewest)},
+				OR (excluded.finished = node_checks.finished AND excluded.result_id >= node_checks.result_id)`,
+			[]string{"text", "text", "text", "text", "text", "bigint"}, latestRows(latestNewest)},
 		{"summaries", `INSERT INTO check_summaries
 			(node, check_name, day, pass, warn, fail, error, skip, duration_ms_total) VALUES `,
 			` ON CONFLICT (node, check_name, day) DO UPDATE SET
 				pass = check_summaries.pass + excluded.pass, warn = check_summaries.warn + excluded.warn,
 				fail = check_summaries.fail + excluded.fail, error = check_summaries.error + excluded.error,
 				skip = check_summaries.skip + excluded.skip,
-				duration_ms_total = check_summaries.duration_ms_total + excluded.duration_ms_total`, 9, summaryRows(sums)},
+				duration_ms_total = check_summaries.duration_ms_total + excluded.duration_ms_total`,
+			[]string{"text", "text", "text", "bigint", "bigint", "bigint", "bigint", "bigint", "double precision"}, summaryRows(sums)},
 	}
 	for _, st := range steps {
-		if err := execRows(ctx, tx, st.head, st.tail, st.cols, st.args); err != nil {
+		var err error
+		if tx.Dialect() == sqldb.Postgres {
+			err = execUnnest(ctx, tx, strings.TrimSuffix(st.head, "VALUES "), st.tail, st.types, st.args)
+		} else {
+			err = execRows(ctx, tx, st.head, st.tail, len(st.types), st.args)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", st.what, err)
 		}
 	}
@@ -364,10 +377,10 @@ func resultRow(r *Result, storedMS int64) []any {
 
 // insertResults writes the results' rows and returns the requests whose
 // row it wrote. On SQLite that is all of them: the one writer holds the
-// database. On PostgreSQL another coordinator may have stored one of the
-// ids since the look-up: the rows go through a staging table (COPY) and
-// INSERT ... ON CONFLICT DO NOTHING, and a result someone else stored
-// meanwhile is answered as a duplicate or a conflict, like a known one.
+// database and looked the ids up first. On PostgreSQL the rows go in as
+// one INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT DO NOTHING
+// RETURNING id, and a result stored before (by this coordinator or another
+// one, also a moment ago) is answered as a duplicate or a conflict.
 func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingestReq, storedMS int64) ([]*ingestReq, error) {
 	if len(fresh) == 0 {
 		return nil, nil
@@ -382,21 +395,13 @@ func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingest
 		}
 		return fresh, nil
 	}
-	if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS results_in (
-		id TEXT, node TEXT, work_id TEXT, started BIGINT, finished BIGINT, status TEXT,
-		"full" BIGINT, stored BIGINT, triggered_by TEXT) ON COMMIT DELETE ROWS`); err != nil {
-		return nil, fmt.Errorf("results staging table: %w", err)
-	}
-	rows := make([][]any, 0, len(fresh))
+	args := make([]any, 0, 9*len(fresh))
 	for _, req := range fresh {
-		rows = append(rows, resultRow(&req.r, storedMS))
+		args = append(args, resultRow(&req.r, storedMS)...)
 	}
-	cols := strings.Split(strings.ReplaceAll(strings.ReplaceAll(resultColumns, " ", ""), `"`, ""), ",")
-	if _, err := tx.CopyFrom(ctx, "results_in", cols, rows); err != nil {
-		return nil, fmt.Errorf("results: %w", err)
-	}
-	q, err := tx.QueryContext(ctx, `INSERT INTO results (`+resultColumns+`)
-		SELECT `+resultColumns+` FROM results_in ORDER BY id ON CONFLICT (id) DO NOTHING RETURNING id`)
+	q, err := tx.QueryContext(ctx, `INSERT INTO results (`+resultColumns+`) SELECT * FROM `+
+		unnestOf(resultTypes)+
+		` ON CONFLICT (id) DO NOTHING RETURNING id`, columnArrays(resultTypes, args)...)
 	if err != nil {
 		return nil, fmt.Errorf("results: %w", err)
 	}
@@ -441,6 +446,64 @@ func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingest
 		}
 	}
 	return out, nil
+}
+
+var resultTypes = []string{"text", "text", "text", "bigint", "bigint", "text", "bigint", "bigint", "text"}
+
+// unnestOf is "unnest(?::text[], ?::bigint[], ...)": rows sent as one
+// array per column, a single parameter each however many rows (PostgreSQL
+// takes at most 65,535 parameters; a batch would need chunks).
+func unnestOf(types []string) string {
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = "?::" + t + "[]"
+	}
+	return "unnest(" + strings.Join(parts, ", ") + ")"
+}
+
+// columnArrays turns row-major args (len(types) a row) into one typed
+// slice per column, which pgx sends as PostgreSQL arrays.
+func columnArrays(types []string, args []any) []any {
+	n := len(types)
+	rows := len(args) / n
+	out := make([]any, n)
+	for c, t := range types {
+		switch t {
+		case "text":
+			col := make([]string, rows)
+			for r := range rows {
+				col[r] = args[r*n+c].(string)
+			}
+			out[c] = col
+		case "bigint":
+			col := make([]int64, rows)
+			for r := range rows {
+				switch v := args[r*n+c].(type) {
+				case int64:
+					col[r] = v
+				case int:
+					col[r] = int64(v)
+				}
+			}
+			out[c] = col
+		default: // double precision
+			col := make([]float64, rows)
+			for r := range rows {
+				col[r] = args[r*n+c].(float64)
+			}
+			out[c] = col
+		}
+	}
+	return out
+}
+
+// execUnnest runs head + SELECT * FROM unnest(...) + tail over args.
+func execUnnest(ctx context.Context, tx *sqldb.Tx, head, tail string, types []string, args []any) error {
+	if len(args) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, head+` SELECT * FROM `+unnestOf(types)+tail, columnArrays(types, args)...)
+	return err
 }
 
 var checkColumns = []string{"result_id", "node", "check_name", "status", "reason", "findings", "metrics", "duration_ms", "finished", "stored"}
