@@ -221,14 +221,12 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq
 			ids = append(ids, req.r.ID)
 		}
 	}
-	// On PostgreSQL the insert itself finds the stored ones (ON CONFLICT
-	// in insertResults): one statement fewer per batch.
-	known := map[string]storedRow{}
-	if tx.Dialect() != sqldb.Postgres {
-		var err error
-		if known, err = storedResults(ctx, tx, ids); err != nil {
-			return nil, err
-		}
+	// Looked up first on both databases: which copy in the batch is the
+	// original depends on who stored the id before. On PostgreSQL the
+	// insert still checks again (insertResults), for other coordinators.
+	known, err := storedResults(ctx, tx, ids)
+	if err != nil {
+		return nil, err
 	}
 
 	// An id belongs to the node that stored it first, in an earlier batch
@@ -259,7 +257,7 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq
 		inserting[r.ID] = i
 		fresh = append(fresh, req)
 	}
-	fresh, err := s.insertResults(ctx, tx, fresh, storedMS)
+	fresh, err = s.insertResults(ctx, tx, fresh, storedMS)
 	if err != nil {
 		return nil, err
 	}
@@ -527,7 +525,13 @@ func storedResults(ctx context.Context, tx *sqldb.Tx, ids []any) (map[string]sto
 	out := map[string]storedRow{}
 	for done := 0; done < len(ids); {
 		n := chunkRows(len(ids) - done)
-		rows, err := tx.QueryContext(ctx, `SELECT id, node, stored FROM results WHERE id IN `+inList(n), ids[done:done+n]...)
+		q, args := `SELECT id, node, stored FROM results WHERE id IN `+inList(n), ids[done:done+n]
+		if tx.Dialect() == sqldb.Postgres {
+			// One array parameter: one statement, one plan, any count.
+			n = len(ids) - done
+			q, args = `SELECT id, node, stored FROM results WHERE id = ANY(?::text[])`, columnArrays([]string{"text"}, ids[done:])
+		}
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, fmt.Errorf("look up stored results: %w", err)
 		}
