@@ -24,7 +24,6 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/compat"
-	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -99,14 +98,19 @@ type campaigns struct {
 // interrupted sweeps and starts the engines' loops and the schedule. With
 // no fleet only baselines are served.
 func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaigns, err error) {
-	c := &campaigns{s: s, log: s.log.With().Str("subsystem", "campaigns").Logger(), db: st.OpenDB(),
+	// The store's write fence comes with the handle: a coordinator that
+	// lost its lease writes no campaign or baseline either.
+	sdb, err := st.OpenSQLDB(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("campaign database: %w", err)
+	}
+	c := &campaigns{s: s, log: s.log.With().Str("subsystem", "campaigns").Logger(), db: sdb.SQL(),
 		fleet: s.campaignFleet(), matrix: s.cfg.CompatMatrix}
 	defer func() {
 		if err != nil {
 			_ = c.db.Close() // the start error is the one to report
 		}
 	}()
-	sdb := sqldb.Wrap(c.db, st.Dialect(), nil)
 	c.bl, err = baselines.NewSQLStore(sdb,
 		baselines.WithSQLReader(st.ReaderSQLDB()), baselines.WithClock(s.now))
 	if err != nil {

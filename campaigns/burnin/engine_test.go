@@ -11,8 +11,10 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 const standardSpec = `
@@ -22,9 +24,13 @@ level: standard
 who: test
 `
 
+// On both databases: every campaign engine uses the same store.
 func TestHealthyCampaignAcceptsAndReturnsNodes(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, 8)
+	dbtest.Each(t, func(t *testing.T, open func(testing.TB) *sqldb.DB) { healthyCampaign(t, newHarnessOn(t, 8, open(t))) })
+}
+
+func healthyCampaign(t *testing.T, h *harness) {
 	h.setSKUBaselines()
 	id := h.start(standardSpec)
 	h.finish(h.eng)

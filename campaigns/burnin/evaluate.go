@@ -80,7 +80,7 @@ func (e *Engine) phaseEvaluate(ctx context.Context, c campaignRow) (bool, error)
 					ON CONFLICT (identity, campaign_id, node) DO UPDATE SET kind = excluded.kind, component = excluded.component,
 					identity_kind = excluded.identity_kind, verdict = excluded.verdict, implicated = excluded.implicated,
 					reason = excluded.reason, at = excluded.at`,
-					p.Identity, c.ID, f.Name, p.Kind, p.Component, p.IdentityKind, string(d.Verdict), b2i(p.Implicated), reason, campaigndb.Time(now)); err != nil {
+					p.Identity, c.ID, f.Name, p.Kind, p.Component, p.IdentityKind, string(d.Verdict), campaigndb.Bool(p.Implicated), reason, campaigndb.Time(now)); err != nil {
 					return fmt.Errorf("record part %s: %w", p.Identity, err)
 				}
 			}

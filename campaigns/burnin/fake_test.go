@@ -17,6 +17,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
@@ -271,12 +272,22 @@ type harness struct {
 
 func openDB(t *testing.T, path string) *sqldb.DB { return dbtest.OpenSQLite(t, path) }
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 func newHarness(t *testing.T, nodes int) *harness {
 	t.Helper()
-	h := &harness{t: t, path: filepath.Join(t.TempDir(), "fc.db"), fleet: newFakeFleet(nodes), drain: drain.NewNone(nil)}
-	h.db = openDB(t, h.path)
+	return newHarnessOn(t, nodes, nil)
+}
+
+// newHarnessOn is newHarness on db (nil: a SQLite file of the test's).
+func newHarnessOn(t *testing.T, nodes int, db *sqldb.DB) *harness {
+	t.Helper()
+	h := &harness{t: t, path: filepath.Join(t.TempDir(), "fc.db"), fleet: newFakeFleet(nodes), drain: drain.NewNone(nil), db: db}
+	if h.db == nil {
+		h.db = openDB(t, h.path)
+	}
 	var err error
-	h.base, err = baselines.NewStore(h.db.SQL(), baselines.WithClock(h.fleet.clock.Now))
+	h.base, err = baselines.NewSQLStore(h.db, baselines.WithClock(h.fleet.clock.Now))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,13 +102,6 @@ var (
 	ErrFinished     = errors.New("campaign already finished")
 )
 
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // campaignRow is one burnin_campaigns row.
 type campaignRow struct {
 	ID         string

@@ -593,245 +593,307 @@ func (e *Engine) save(ctx context.Context, d *Drill, t *Target, what string) err
 	})
 }
 
+// advanceTarget takes a target due now one step: the deadline first,
+// then its state's method (one per state).
 func (e *Engine) advanceTarget(ctx context.Context, d *Drill, t *Target) error {
-	spec := d.Spec
-	poll := time.Duration(spec.PollInterval)
-	deadline := time.Duration(spec.Deadline)
-	now := e.clock.Now()
-	log := e.log.With().Str("campaign", d.ID).Str("node", t.Node).Logger()
-
-	// The deadline runs from injection (from the start before it).
-	if !t.Aborted {
-		from := d.CreatedAt
-		if !t.InjectedAt.IsZero() {
-			from = t.InjectedAt
-		}
-		if now.After(from.Add(deadline)) {
-			switch t.State {
-			case TargetPending, TargetPrechecking, TargetInjecting, TargetWatching, TargetOutOfService:
-				if t.DetectedAt.IsZero() && !t.InjectedAt.IsZero() {
-					t.add(FindingDetectionGap, "fail", fmt.Sprintf("no watched check (%s) detected %s within the deadline %s",
-						strings.Join(spec.Watch, ", "), spec.Fault, deadline), now)
-				}
-				return e.abortTarget(ctx, d, t, fmt.Sprintf("deadline %s passed in state %s", deadline, t.State), now)
-			}
-		}
+	if done, err := e.checkDeadline(ctx, d, t); done || err != nil {
+		return err
 	}
-
 	switch t.State {
 	case TargetPending, TargetPrechecking:
-		t.State = TargetPrechecking
-		if err := e.save(ctx, d, t, ""); err != nil {
-			return err
-		}
-		if wait, err := e.awaitAgent(ctx, d, t, now, poll); wait || err != nil {
-			return err
-		}
-		rep, err := e.fleet.RunChecks(ctx, t.Node, spec.Watch, kit.RunOptions{Timeout: poll})
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			t.LastError = err.Error()
-			t.add(FindingUnhealthyBefore, "fail", "precheck did not run: "+err.Error(), now)
-			t.Aborted, t.AbortReason, t.State = true, "precheck failed: "+err.Error(), TargetDone
-			return e.save(ctx, d, t, "not injected: precheck failed: "+err.Error())
-		}
-		t.Precheck = snapshot(rep)
-		if pre, ok := t.Precheck[spec.Expect.Check]; !ok || pre.Status != report.Pass {
-			st := report.Status("missing")
-			if ok {
-				st = pre.Status
-			}
-			msg := fmt.Sprintf("%s was %s before injection: a detection could not be told from what was already there", spec.Expect.Check, st)
-			if st == report.Skip {
-				// Where data was expected, a skip is inconclusive: the check
-				// could not have seen the fault.
-				msg = fmt.Sprintf("%s skipped before injection (%s): it could not see the fault, the drill would measure nothing",
-					spec.Expect.Check, orText(rep.Check(spec.Expect.Check).Reason, "no reason given"))
-			}
-			t.add(FindingUnhealthyBefore, "fail", msg, now)
-			t.Aborted, t.AbortReason, t.State = true, msg, TargetDone
-			return e.save(ctx, d, t, "not injected: "+msg)
-		}
-		// Written before the action: after a restart the engine treats the
-		// fault as possibly in place and reverts it.
-		t.State = TargetInjecting
-		t.InjectedAt = e.clock.Now()
-		if err := e.save(ctx, d, t, "injecting "+spec.Fault); err != nil {
-			return err
-		}
-		res, err := e.fleet.RunAction(ctx, t.Node, spec.Fault, e.injectParams(d), kit.RunOptions{Timeout: poll})
-		if ctx.Err() != nil {
-			return nil
-		}
-		now = e.clock.Now()
-		if err != nil || !res.OK {
-			msg := actionError(res, err)
-			t.add(FindingInjectFailed, "fail", spec.Fault+": "+msg, now)
-			t.Aborted, t.AbortReason = true, "inject failed: "+msg
-			// It may have half happened: revert anyway.
-			t.State, t.NextAt = TargetReverting, now
-			return e.save(ctx, d, t, "inject failed: "+msg)
-		}
-		t.InjectedAt = now
-		t.State, t.NextAt = TargetWatching, now
-		e.noteInterval(ctx, t)
-		log.Info().Str("fault", spec.Fault).Msg("fault injected")
-		return e.save(ctx, d, t, "injected: "+res.Message)
-
+		return e.precheck(ctx, d, t)
 	case TargetInjecting:
-		// A restart between the write and the action's answer: the fault
-		// may be in place. Watch from the time it was written (a later
-		// detection then reads a little long, never short).
-		t.State, t.NextAt = TargetWatching, now
-		return e.save(ctx, d, t, "resumed after a restart during injection: assuming the fault is in place")
-
+		return e.resumeInjecting(ctx, d, t)
 	case TargetWatching:
-		if wait, err := e.awaitAgent(ctx, d, t, now, poll); wait || err != nil {
-			return err
-		}
-		if t.CheckInterval == 0 {
-			e.noteInterval(ctx, t) // an agent that just started had too few results
-		}
-		obs, err := e.watch(ctx, d, t, t.InjectedAt, poll)
-		if ctx.Err() != nil {
-			return nil
-		}
-		now = e.clock.Now()
-		t.Polls++
-		if err != nil {
-			t.LastError = err.Error()
-			t.NextAt = e.nextPoll(t, now, poll, deadline)
-			return e.save(ctx, d, t, "")
-		}
-		t.LastError = ""
-		newDet := e.detect(d, t, obs, now)
-		expectedNow := t.ExpectedDetected
-		switch {
-		case t.DetectedAt.IsZero():
-			t.NextAt = e.nextPoll(t, now, poll, deadline)
-			return e.save(ctx, d, t, "")
-		case !expectedNow && t.Polls-t.DetectedPoll < 2:
-			// Detected by another check: give the expected one two more
-			// polls before calling it.
-			t.NextAt = e.nextPoll(t, now, poll, deadline)
-			return e.save(ctx, d, t, newDet)
-		}
-		if !expectedNow {
-			t.add(FindingOtherCheck, "warn", fmt.Sprintf("detected by %s, not by the expected %s", t.DetectedBy, spec.Expect.Check), now)
-		}
-		if spec.Expect.OutOfService {
-			t.State, t.NextAt = TargetOutOfService, now
-			return e.save(ctx, d, t, newDet)
-		}
-		if err := e.noteUnexpectedDrain(ctx, t, now); err != nil {
-			return err
-		}
-		t.State, t.NextAt = TargetReverting, now
-		return e.save(ctx, d, t, newDet)
-
+		return e.watching(ctx, d, t)
 	case TargetOutOfService:
-		out, why, err := e.outOfService(ctx, t.Node)
-		now = e.clock.Now()
-		if err != nil {
-			t.LastError = err.Error()
-		}
-		if out {
-			t.OutOfServiceAt = now
-			t.State, t.NextAt = TargetReverting, now
-			return e.save(ctx, d, t, "taken out of service: "+why)
-		}
-		if now.After(t.DetectedAt.Add(time.Duration(spec.Expect.OutOfServiceWithin))) {
-			t.add(FindingNotOutOfService, "fail", fmt.Sprintf("not taken out of service within %s of detection", time.Duration(spec.Expect.OutOfServiceWithin)), now)
-			t.State, t.NextAt = TargetReverting, now
-			return e.save(ctx, d, t, "not taken out of service")
-		}
-		t.NextAt = e.nextPoll(t, now, min(poll, time.Duration(spec.Expect.OutOfServiceWithin)/4+time.Second), deadline)
-		return e.save(ctx, d, t, "")
-
+		return e.awaitOutOfService(ctx, d, t)
 	case TargetReverting:
-		if t.RevertStartedAt.IsZero() {
-			t.RevertStartedAt = now
-		}
-		t.RevertAttempts++
-		if err := e.save(ctx, d, t, ""); err != nil {
-			return err
-		}
-		res, err := e.fleet.RunAction(ctx, t.Node, spec.Revert, e.revertParams(d), kit.RunOptions{Timeout: poll})
-		if ctx.Err() != nil {
-			return nil
-		}
-		now = e.clock.Now()
-		if err == nil && res.OK {
-			t.RevertedAt, t.RevertedBy = now, "coordinator"
-			t.State, t.NextAt = TargetRecovering, now
-			log.Info().Msg("fault reverted")
-			return e.save(ctx, d, t, "reverted: "+res.Message)
-		}
-		msg := actionError(res, err)
-		t.LastError = msg
-		if errors.Is(err, kit.ErrUnreachable) || t.RevertAttempts >= 3 {
-			t.add(FindingRevertFailed, "fail", fmt.Sprintf("%s: %s; the agent reverts on its own timer (%s after injection, or %s after losing the coordinator)",
-				spec.Revert, msg, time.Duration(spec.RevertAfter), time.Duration(spec.RevertOnDisconnect)), now)
-			t.RevertedBy = "agent"
-			t.State, t.NextAt = TargetRecovering, now.Add(poll)
-			log.Warn().Str("problem", msg).Msg("revert failed; left to the agent's timer")
-			return e.save(ctx, d, t, "revert failed, left to the agent's timer: "+msg)
-		}
-		t.NextAt = now.Add(poll)
-		return e.save(ctx, d, t, "revert failed, retrying: "+msg)
-
+		return e.reverting(ctx, d, t)
 	case TargetRecovering:
-		limit := t.InjectedAt.Add(deadline)
-		if t.Aborted || t.RevertedBy == "agent" {
-			// An aborted drill (or one whose revert is the agent's) still
-			// waits a grace for the node to come back, so a node left sick
-			// is known. The agent's own timer may fire only at revert_after.
-			limit = maxTime(limit, t.RevertStartedAt).Add(time.Duration(spec.RecoverGrace))
-			if t.RevertedBy == "agent" {
-				limit = maxTime(limit, t.InjectedAt.Add(time.Duration(spec.RevertAfter)).Add(time.Duration(spec.PollInterval)))
-			}
-		}
-		from := t.RevertedAt
-		if from.IsZero() {
-			from = t.RevertStartedAt
-		}
-		obs, err := e.watch(ctx, d, t, from, poll)
-		if ctx.Err() != nil {
-			return nil
-		}
-		now = e.clock.Now()
-		t.Polls++
-		if err == nil {
-			t.LastError = ""
-			if at, ok := e.recovered(d, t, obs); ok {
-				t.RecoveredAt = at
-				t.State = TargetDone
-				if err := e.noteUnexpectedDrain(ctx, t, now); err != nil {
-					return err
-				}
-				what := "healthy again"
-				if ttr, ok := t.TTR(); ok {
-					what += fmt.Sprintf(" %s after injection", ttr)
-				}
-				return e.save(ctx, d, t, what)
-			}
-		} else {
-			t.LastError = err.Error()
-		}
-		if now.After(limit) {
-			t.add(FindingNotRecovered, "fail", fmt.Sprintf("not healthy again by %s: %s", limit.UTC().Format(time.RFC3339), orText(t.LastError, "watched checks still differ from before the drill")), now)
-			if !t.Aborted {
-				t.Aborted, t.AbortReason = true, "not recovered by the deadline"
-			}
-			t.State = TargetDone
-			return e.save(ctx, d, t, "not recovered")
-		}
-		t.NextAt = minTime(now.Add(poll), limit.Add(time.Nanosecond))
-		return e.save(ctx, d, t, "")
+		return e.recovering(ctx, d, t)
 	}
 	return nil
+}
+
+// checkDeadline aborts a target whose deadline passed (it runs from
+// injection, from the start before it); done says it did.
+func (e *Engine) checkDeadline(ctx context.Context, d *Drill, t *Target) (done bool, err error) {
+	if t.Aborted {
+		return false, nil
+	}
+	spec, deadline, now := d.Spec, time.Duration(d.Spec.Deadline), e.clock.Now()
+	from := d.CreatedAt
+	if !t.InjectedAt.IsZero() {
+		from = t.InjectedAt
+	}
+	if !now.After(from.Add(deadline)) {
+		return false, nil
+	}
+	switch t.State {
+	case TargetPending, TargetPrechecking, TargetInjecting, TargetWatching, TargetOutOfService:
+		if t.DetectedAt.IsZero() && !t.InjectedAt.IsZero() {
+			t.add(FindingDetectionGap, "fail", fmt.Sprintf("no watched check (%s) detected %s within the deadline %s",
+				strings.Join(spec.Watch, ", "), spec.Fault, deadline), now)
+		}
+		return true, e.abortTarget(ctx, d, t, fmt.Sprintf("deadline %s passed in state %s", deadline, t.State), now)
+	}
+	return false, nil
+}
+
+// precheck runs the watched checks before injection; a target that passes
+// them has its fault injected (inject).
+func (e *Engine) precheck(ctx context.Context, d *Drill, t *Target) error {
+	spec := d.Spec
+	poll := time.Duration(d.Spec.PollInterval)
+	now := e.clock.Now()
+	t.State = TargetPrechecking
+	if err := e.save(ctx, d, t, ""); err != nil {
+		return err
+	}
+	if wait, err := e.awaitAgent(ctx, d, t, now, poll); wait || err != nil {
+		return err
+	}
+	rep, err := e.fleet.RunChecks(ctx, t.Node, spec.Watch, kit.RunOptions{Timeout: poll})
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		t.LastError = err.Error()
+		t.add(FindingUnhealthyBefore, "fail", "precheck did not run: "+err.Error(), now)
+		t.Aborted, t.AbortReason, t.State = true, "precheck failed: "+err.Error(), TargetDone
+		return e.save(ctx, d, t, "not injected: precheck failed: "+err.Error())
+	}
+	t.Precheck = snapshot(rep)
+	if pre, ok := t.Precheck[spec.Expect.Check]; !ok || pre.Status != report.Pass {
+		st := report.Status("missing")
+		if ok {
+			st = pre.Status
+		}
+		msg := fmt.Sprintf("%s was %s before injection: a detection could not be told from what was already there", spec.Expect.Check, st)
+		if st == report.Skip {
+			// Where data was expected, a skip is inconclusive: the check
+			// could not have seen the fault.
+			msg = fmt.Sprintf("%s skipped before injection (%s): it could not see the fault, the drill would measure nothing",
+				spec.Expect.Check, orText(rep.Check(spec.Expect.Check).Reason, "no reason given"))
+		}
+		t.add(FindingUnhealthyBefore, "fail", msg, now)
+		t.Aborted, t.AbortReason, t.State = true, msg, TargetDone
+		return e.save(ctx, d, t, "not injected: "+msg)
+	}
+	return e.inject(ctx, d, t)
+}
+
+// inject writes the target as injecting, then asks the agent for the
+// fault.
+func (e *Engine) inject(ctx context.Context, d *Drill, t *Target) error {
+	spec, poll := d.Spec, time.Duration(d.Spec.PollInterval)
+	log := e.log.With().Str("campaign", d.ID).Str("node", t.Node).Logger()
+	// Written before the action: after a restart the engine treats the
+	// fault as possibly in place and reverts it.
+	t.State = TargetInjecting
+	t.InjectedAt = e.clock.Now()
+	if err := e.save(ctx, d, t, "injecting "+spec.Fault); err != nil {
+		return err
+	}
+	res, err := e.fleet.RunAction(ctx, t.Node, spec.Fault, e.injectParams(d), kit.RunOptions{Timeout: poll})
+	if ctx.Err() != nil {
+		return nil
+	}
+	now := e.clock.Now()
+	if err != nil || !res.OK {
+		msg := actionError(res, err)
+		t.add(FindingInjectFailed, "fail", spec.Fault+": "+msg, now)
+		t.Aborted, t.AbortReason = true, "inject failed: "+msg
+		// It may have half happened: revert anyway.
+		t.State, t.NextAt = TargetReverting, now
+		return e.save(ctx, d, t, "inject failed: "+msg)
+	}
+	t.InjectedAt = now
+	t.State, t.NextAt = TargetWatching, now
+	e.noteInterval(ctx, t)
+	log.Info().Str("fault", spec.Fault).Msg("fault injected")
+	return e.save(ctx, d, t, "injected: "+res.Message)
+}
+
+// resumeInjecting is a target found injecting after a restart.
+func (e *Engine) resumeInjecting(ctx context.Context, d *Drill, t *Target) error {
+	now := e.clock.Now()
+	// A restart between the write and the action's answer: the fault
+	// may be in place. Watch from the time it was written (a later
+	// detection then reads a little long, never short).
+	t.State, t.NextAt = TargetWatching, now
+	return e.save(ctx, d, t, "resumed after a restart during injection: assuming the fault is in place")
+}
+
+// watching looks for the fault in what the agent reports on its own.
+func (e *Engine) watching(ctx context.Context, d *Drill, t *Target) error {
+	spec := d.Spec
+	poll := time.Duration(d.Spec.PollInterval)
+	deadline := time.Duration(d.Spec.Deadline)
+	now := e.clock.Now()
+	if wait, err := e.awaitAgent(ctx, d, t, now, poll); wait || err != nil {
+		return err
+	}
+	if t.CheckInterval == 0 {
+		e.noteInterval(ctx, t) // an agent that just started had too few results
+	}
+	obs, err := e.watch(ctx, d, t, t.InjectedAt, poll)
+	if ctx.Err() != nil {
+		return nil
+	}
+	now = e.clock.Now()
+	t.Polls++
+	if err != nil {
+		t.LastError = err.Error()
+		t.NextAt = e.nextPoll(t, now, poll, deadline)
+		return e.save(ctx, d, t, "")
+	}
+	t.LastError = ""
+	newDet := e.detect(d, t, obs, now)
+	expectedNow := t.ExpectedDetected
+	switch {
+	case t.DetectedAt.IsZero():
+		t.NextAt = e.nextPoll(t, now, poll, deadline)
+		return e.save(ctx, d, t, "")
+	case !expectedNow && t.Polls-t.DetectedPoll < 2:
+		// Detected by another check: give the expected one two more
+		// polls before calling it.
+		t.NextAt = e.nextPoll(t, now, poll, deadline)
+		return e.save(ctx, d, t, newDet)
+	}
+	if !expectedNow {
+		t.add(FindingOtherCheck, "warn", fmt.Sprintf("detected by %s, not by the expected %s", t.DetectedBy, spec.Expect.Check), now)
+	}
+	if spec.Expect.OutOfService {
+		t.State, t.NextAt = TargetOutOfService, now
+		return e.save(ctx, d, t, newDet)
+	}
+	if err := e.noteUnexpectedDrain(ctx, t, now); err != nil {
+		return err
+	}
+	t.State, t.NextAt = TargetReverting, now
+	return e.save(ctx, d, t, newDet)
+}
+
+// awaitOutOfService waits for the node to be taken out of service, when the
+// spec expects that of a detection.
+func (e *Engine) awaitOutOfService(ctx context.Context, d *Drill, t *Target) error {
+	spec := d.Spec
+	poll := time.Duration(d.Spec.PollInterval)
+	deadline := time.Duration(d.Spec.Deadline)
+	now := e.clock.Now()
+	out, why, err := e.outOfService(ctx, t.Node)
+	now = e.clock.Now()
+	if err != nil {
+		t.LastError = err.Error()
+	}
+	if out {
+		t.OutOfServiceAt = now
+		t.State, t.NextAt = TargetReverting, now
+		return e.save(ctx, d, t, "taken out of service: "+why)
+	}
+	if now.After(t.DetectedAt.Add(time.Duration(spec.Expect.OutOfServiceWithin))) {
+		t.add(FindingNotOutOfService, "fail", fmt.Sprintf("not taken out of service within %s of detection", time.Duration(spec.Expect.OutOfServiceWithin)), now)
+		t.State, t.NextAt = TargetReverting, now
+		return e.save(ctx, d, t, "not taken out of service")
+	}
+	t.NextAt = e.nextPoll(t, now, min(poll, time.Duration(spec.Expect.OutOfServiceWithin)/4+time.Second), deadline)
+	return e.save(ctx, d, t, "")
+}
+
+// reverting asks the agent to revert the fault (three tries, then the
+// agent's own timer).
+func (e *Engine) reverting(ctx context.Context, d *Drill, t *Target) error {
+	spec := d.Spec
+	poll := time.Duration(d.Spec.PollInterval)
+	now := e.clock.Now()
+	log := e.log.With().Str("campaign", d.ID).Str("node", t.Node).Logger()
+	if t.RevertStartedAt.IsZero() {
+		t.RevertStartedAt = now
+	}
+	t.RevertAttempts++
+	if err := e.save(ctx, d, t, ""); err != nil {
+		return err
+	}
+	res, err := e.fleet.RunAction(ctx, t.Node, spec.Revert, e.revertParams(d), kit.RunOptions{Timeout: poll})
+	if ctx.Err() != nil {
+		return nil
+	}
+	now = e.clock.Now()
+	if err == nil && res.OK {
+		t.RevertedAt, t.RevertedBy = now, "coordinator"
+		t.State, t.NextAt = TargetRecovering, now
+		log.Info().Msg("fault reverted")
+		return e.save(ctx, d, t, "reverted: "+res.Message)
+	}
+	msg := actionError(res, err)
+	t.LastError = msg
+	if errors.Is(err, kit.ErrUnreachable) || t.RevertAttempts >= 3 {
+		t.add(FindingRevertFailed, "fail", fmt.Sprintf("%s: %s; the agent reverts on its own timer (%s after injection, or %s after losing the coordinator)",
+			spec.Revert, msg, time.Duration(spec.RevertAfter), time.Duration(spec.RevertOnDisconnect)), now)
+		t.RevertedBy = "agent"
+		t.State, t.NextAt = TargetRecovering, now.Add(poll)
+		log.Warn().Str("problem", msg).Msg("revert failed; left to the agent's timer")
+		return e.save(ctx, d, t, "revert failed, left to the agent's timer: "+msg)
+	}
+	t.NextAt = now.Add(poll)
+	return e.save(ctx, d, t, "revert failed, retrying: "+msg)
+}
+
+// recovering waits for the node to be healthy again.
+func (e *Engine) recovering(ctx context.Context, d *Drill, t *Target) error {
+	spec := d.Spec
+	poll := time.Duration(d.Spec.PollInterval)
+	deadline := time.Duration(d.Spec.Deadline)
+	now := e.clock.Now()
+	limit := t.InjectedAt.Add(deadline)
+	if t.Aborted || t.RevertedBy == "agent" {
+		// An aborted drill (or one whose revert is the agent's) still
+		// waits a grace for the node to come back, so a node left sick
+		// is known. The agent's own timer may fire only at revert_after.
+		limit = maxTime(limit, t.RevertStartedAt).Add(time.Duration(spec.RecoverGrace))
+		if t.RevertedBy == "agent" {
+			limit = maxTime(limit, t.InjectedAt.Add(time.Duration(spec.RevertAfter)).Add(time.Duration(spec.PollInterval)))
+		}
+	}
+	from := t.RevertedAt
+	if from.IsZero() {
+		from = t.RevertStartedAt
+	}
+	obs, err := e.watch(ctx, d, t, from, poll)
+	if ctx.Err() != nil {
+		return nil
+	}
+	now = e.clock.Now()
+	t.Polls++
+	if err == nil {
+		t.LastError = ""
+		if at, ok := e.recovered(d, t, obs); ok {
+			t.RecoveredAt = at
+			t.State = TargetDone
+			if err := e.noteUnexpectedDrain(ctx, t, now); err != nil {
+				return err
+			}
+			what := "healthy again"
+			if ttr, ok := t.TTR(); ok {
+				what += fmt.Sprintf(" %s after injection", ttr)
+			}
+			return e.save(ctx, d, t, what)
+		}
+	} else {
+		t.LastError = err.Error()
+	}
+	if now.After(limit) {
+		t.add(FindingNotRecovered, "fail", fmt.Sprintf("not healthy again by %s: %s", limit.UTC().Format(time.RFC3339), orText(t.LastError, "watched checks still differ from before the drill")), now)
+		if !t.Aborted {
+			t.Aborted, t.AbortReason = true, "not recovered by the deadline"
+		}
+		t.State = TargetDone
+		return e.save(ctx, d, t, "not recovered")
+	}
+	t.NextAt = minTime(now.Add(poll), limit.Add(time.Nanosecond))
+	return e.save(ctx, d, t, "")
 }
 
 // nextPoll is the next watch, but no later than just past the deadline,

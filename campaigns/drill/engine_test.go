@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	"github.com/fleetcheck/fleetcheck/node/host/sim"
 )
 
@@ -21,9 +23,15 @@ deadline: 10m
 poll_interval: 30s
 `
 
+// On both databases: every campaign engine uses the same store.
 func TestXidDrillDetectedRevertedRecovered(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, 8, "gpu-002")
+	dbtest.Each(t, func(t *testing.T, open func(testing.TB) *sqldb.DB) {
+		xidDrillRecovered(t, newHarnessOn(t, open(t), 8, "gpu-002"))
+	})
+}
+
+func xidDrillRecovered(t *testing.T, h *harness) {
 	id := h.start(xidDrill)
 	h.run(h.eng, nil)
 	d := h.drill(id)

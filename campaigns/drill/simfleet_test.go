@@ -19,6 +19,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/checks/registry"
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/selector"
 	"github.com/fleetcheck/fleetcheck/internal/sqldb"
@@ -440,10 +441,20 @@ type harness struct {
 
 func openDB(t testing.TB, path string) *sqldb.DB { return dbtest.OpenSQLite(t, path) }
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 func newHarness(t testing.TB, nodes int, optedIn ...string) *harness {
 	t.Helper()
-	h := &harness{t: t, path: filepath.Join(t.TempDir(), "fc.db"), fleet: newSimDrillFleet(t, nodes, optedIn...)}
-	h.db = openDB(t, h.path)
+	return newHarnessOn(t, nil, nodes, optedIn...)
+}
+
+// newHarnessOn is newHarness on db (nil: a SQLite file of the test's).
+func newHarnessOn(t testing.TB, db *sqldb.DB, nodes int, optedIn ...string) *harness {
+	t.Helper()
+	h := &harness{t: t, path: filepath.Join(t.TempDir(), "fc.db"), fleet: newSimDrillFleet(t, nodes, optedIn...), db: db}
+	if h.db == nil {
+		h.db = openDB(t, h.path)
+	}
 	h.eng = h.newEngine(nil)
 	return h
 }

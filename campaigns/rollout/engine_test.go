@@ -14,13 +14,19 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
+// On both databases: every campaign engine uses the same store.
 func TestHealthyRolloutInWaves(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, 9)
+	dbtest.Each(t, func(t *testing.T, open func(testing.TB) *sqldb.DB) { healthyRollout(t, newHarnessOn(t, 9, open(t))) })
+}
+
+func healthyRollout(t *testing.T, h *harness) {
 	spec := baseSpec()
 	spec.Approval = ApprovalManual
 	h.drain.jobsTill["gpu-002"] = h.clock.Now().Add(5 * time.Minute) // a job to wait for

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/compat"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
@@ -332,11 +333,19 @@ type harness struct {
 	tick    time.Duration
 }
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 func newHarness(t testing.TB, nodes int) *harness {
+	t.Helper()
+	return newHarnessOn(t, nodes, openDB(t, t.TempDir()))
+}
+
+// newHarnessOn is newHarness on db.
+func newHarnessOn(t testing.TB, nodes int, db *sqldb.DB) *harness {
 	t.Helper()
 	clk := newManualClock()
 	h := &harness{t: t, ctx: context.Background(), clock: clk, fleet: newFakeFleet(clk, nodes), drain: newRecordingDrain(clk),
-		db: openDB(t, t.TempDir()), matrix: mustMatrix(t), tick: 20 * time.Second}
+		db: db, matrix: mustMatrix(t), tick: 20 * time.Second}
 	h.eng = h.newEngine()
 	return h
 }

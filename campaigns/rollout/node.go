@@ -25,88 +25,128 @@ type opFunc = func(ctx context.Context) applyFunc
 // stepNode moves one idle node along: a deadline passed, or the next
 // operation for its state is due.
 func (e *Engine) stepNode(ctx context.Context, r *run, n *nodeRec, now time.Time) {
-	d := r.Spec.Deadlines
 	due := !now.Before(n.nextTry)
 	expired := !n.Deadline.IsZero() && !now.Before(n.Deadline)
 	switch n.State {
 	case DrainRequired:
-		if expired {
-			e.toUndrain(r, n, Skipped, now, fmt.Sprintf("could not take the node out of service within %v (%s): not upgraded", d.Draining.D(), orNone(n.lastErr)))
-			return
-		}
-		if due {
-			e.start(ctx, r, n, e.opDrain(r, n))
-		}
+		e.stepDrainRequired(ctx, r, n, now, due, expired)
 	case Draining:
-		if expired {
-			e.toUndrain(r, n, Skipped, now, fmt.Sprintf("running work did not end within %v (%s): not upgraded", d.Draining.D(), orNone(n.lastErr)))
-			return
-		}
-		if due {
-			e.start(ctx, r, n, e.opDrainPoll(r, n))
-		}
+		e.stepDraining(ctx, r, n, now, due, expired)
 	case UpgradeRequired:
-		if e.needsPre(r, n) {
-			if expired {
-				e.hold(r, n, now, fmt.Sprintf("pre-upgrade inspection did not complete within %v (%s)", d.Validating.D(), orNone(n.lastErr)))
-				return
-			}
-			if due {
-				e.start(ctx, r, n, e.opPre(r, n, now))
-			}
-			return
-		}
-		action := r.Spec.Action
-		if n.Op == opRollback {
-			action = r.Spec.RollbackAction
-		}
-		n.Upgrades++
-		e.transition(r, n, Upgrading, now, fmt.Sprintf("action %s sent: driver %s", action, r.targetDriver(n)))
-		e.start(ctx, r, n, e.opUpgrade(r, n))
+		e.stepUpgradeRequired(ctx, r, n, now, due, expired)
 	case Upgrading:
-		// An upgrading node with no operation in flight was found by a
-		// restarted coordinator: the action may have run, may be running
-		// or may never have been sent. Sending it again could upgrade the
-		// node twice, so wait for the agent to report the driver instead;
-		// the deadline gives the action its full time plus a reboot.
-		dl := n.Deadline
-		if dl.Before(now) {
-			dl = now
-		}
-		e.transition(r, n, Rebooting, now, "coordinator restarted during the upgrade action: checking the node's driver instead of sending the action again")
-		n.Deadline = dl.Add(d.Rebooting.D())
+		e.stepUpgrading(ctx, r, n, now)
 	case Rebooting:
-		target := r.targetDriver(n)
-		// A listing taken since the node entered this state may already show
-		// it back; an older one (before the reboot) proves nothing.
-		if nv, ok := e.view.nodes[n.Name]; ok && e.view.ok && e.view.at.After(n.Since) && nv.connected && sameVersion(nv.driver, target) {
-			e.transition(r, n, Validating, now, "agent back with driver "+nv.driver)
-			e.start(ctx, r, n, e.opValidate(r, n, now))
-			return
-		}
-		if expired {
-			e.transition(r, n, Failed, now, fmt.Sprintf("agent did not return with driver %s in time (%s)", target, e.lastSeen(n)))
-			return
-		}
-		if due {
-			e.start(ctx, r, n, e.opProbe(r, n))
-		}
+		e.stepRebooting(ctx, r, n, now, due, expired)
 	case Validating:
-		if expired {
-			e.hold(r, n, now, fmt.Sprintf("inspection did not complete within %v (%s)", d.Validating.D(), orNone(n.lastErr)))
-			return
-		}
-		if due {
-			e.start(ctx, r, n, e.opValidate(r, n, now))
-		}
+		e.stepValidating(ctx, r, n, now, due, expired)
 	case UndrainRequired:
+		e.stepUndrainRequired(ctx, r, n, now, due, expired)
+	}
+}
+
+// stepDrainRequired asks for the node's drain until its deadline.
+func (e *Engine) stepDrainRequired(ctx context.Context, r *run, n *nodeRec, now time.Time, due, expired bool) {
+	d := r.Spec.Deadlines
+	if expired {
+		e.toUndrain(r, n, Skipped, now, fmt.Sprintf("could not take the node out of service within %v (%s): not upgraded", d.Draining.D(), orNone(n.lastErr)))
+		return
+	}
+	if due {
+		e.start(ctx, r, n, e.opDrain(r, n))
+	}
+}
+
+// stepDraining waits for the running work to leave.
+func (e *Engine) stepDraining(ctx context.Context, r *run, n *nodeRec, now time.Time, due, expired bool) {
+	d := r.Spec.Deadlines
+	if expired {
+		e.toUndrain(r, n, Skipped, now, fmt.Sprintf("running work did not end within %v (%s): not upgraded", d.Draining.D(), orNone(n.lastErr)))
+		return
+	}
+	if due {
+		e.start(ctx, r, n, e.opDrainPoll(r, n))
+	}
+}
+
+// stepUpgradeRequired inspects the node before the upgrade when the spec asks, then sends the action.
+func (e *Engine) stepUpgradeRequired(ctx context.Context, r *run, n *nodeRec, now time.Time, due, expired bool) {
+	d := r.Spec.Deadlines
+	if e.needsPre(r, n) {
 		if expired {
-			e.transition(r, n, Failed, now, fmt.Sprintf("could not return the node to service within %v (%s)", d.Undraining.D(), orNone(n.lastErr)))
+			e.hold(r, n, now, fmt.Sprintf("pre-upgrade inspection did not complete within %v (%s)", d.Validating.D(), orNone(n.lastErr)))
 			return
 		}
 		if due {
-			e.start(ctx, r, n, e.opUndrain(r, n))
+			e.start(ctx, r, n, e.opPre(r, n, now))
 		}
+		return
+	}
+	action := r.Spec.Action
+	if n.Op == opRollback {
+		action = r.Spec.RollbackAction
+	}
+	n.Upgrades++
+	e.transition(r, n, Upgrading, now, fmt.Sprintf("action %s sent: driver %s", action, r.targetDriver(n)))
+	e.start(ctx, r, n, e.opUpgrade(r, n))
+}
+
+// stepUpgrading is a node found upgrading by a restarted coordinator.
+func (e *Engine) stepUpgrading(ctx context.Context, r *run, n *nodeRec, now time.Time) {
+	d := r.Spec.Deadlines
+	// An upgrading node with no operation in flight was found by a
+	// restarted coordinator: the action may have run, may be running
+	// or may never have been sent. Sending it again could upgrade the
+	// node twice, so wait for the agent to report the driver instead;
+	// the deadline gives the action its full time plus a reboot.
+	dl := n.Deadline
+	if dl.Before(now) {
+		dl = now
+	}
+	e.transition(r, n, Rebooting, now, "coordinator restarted during the upgrade action: checking the node's driver instead of sending the action again")
+	n.Deadline = dl.Add(d.Rebooting.D())
+}
+
+// stepRebooting waits for the agent to come back with the target driver.
+func (e *Engine) stepRebooting(ctx context.Context, r *run, n *nodeRec, now time.Time, due, expired bool) {
+	target := r.targetDriver(n)
+	// A listing taken since the node entered this state may already show
+	// it back; an older one (before the reboot) proves nothing.
+	if nv, ok := e.view.nodes[n.Name]; ok && e.view.ok && e.view.at.After(n.Since) && nv.connected && sameVersion(nv.driver, target) {
+		e.transition(r, n, Validating, now, "agent back with driver "+nv.driver)
+		e.start(ctx, r, n, e.opValidate(r, n, now))
+		return
+	}
+	if expired {
+		e.transition(r, n, Failed, now, fmt.Sprintf("agent did not return with driver %s in time (%s)", target, e.lastSeen(n)))
+		return
+	}
+	if due {
+		e.start(ctx, r, n, e.opProbe(r, n))
+	}
+}
+
+// stepValidating inspects the upgraded node until its deadline.
+func (e *Engine) stepValidating(ctx context.Context, r *run, n *nodeRec, now time.Time, due, expired bool) {
+	d := r.Spec.Deadlines
+	if expired {
+		e.hold(r, n, now, fmt.Sprintf("inspection did not complete within %v (%s)", d.Validating.D(), orNone(n.lastErr)))
+		return
+	}
+	if due {
+		e.start(ctx, r, n, e.opValidate(r, n, now))
+	}
+}
+
+// stepUndrainRequired returns the node to service.
+func (e *Engine) stepUndrainRequired(ctx context.Context, r *run, n *nodeRec, now time.Time, due, expired bool) {
+	d := r.Spec.Deadlines
+	if expired {
+		e.transition(r, n, Failed, now, fmt.Sprintf("could not return the node to service within %v (%s)", d.Undraining.D(), orNone(n.lastErr)))
+		return
+	}
+	if due {
+		e.start(ctx, r, n, e.opUndrain(r, n))
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	"github.com/fleetcheck/fleetcheck/sim/simfleet"
 )
@@ -33,9 +34,17 @@ func wantVerdicts(t *testing.T, rep *Report, want map[string]Kind) {
 	}
 }
 
+// On both databases' SQLStore, and MemStore.
 func TestSweepFindsGPUNetworkAndLink(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, simfleet.Config{Nodes: 128, Seed: 1}, nil,
+	t.Run("memory", func(t *testing.T) { findsGPUNetworkAndLink(t, nil) })
+	dbtest.Each(t, func(t *testing.T, open func(testing.TB) *sqldb.DB) {
+		findsGPUNetworkAndLink(t, sqliteStore(t, open(t)))
+	})
+}
+
+func findsGPUNetworkAndLink(t *testing.T, store Store) {
+	h := newHarness(t, simfleet.Config{Nodes: 128, Seed: 1}, store,
 		simfleet.GPUSlow{Node: "gpu-0005", Factor: 0.5},
 		simfleet.NetworkSlow{Node: "gpu-0040", Factor: 0.55},
 		simfleet.PathSlow{LeafA: "leaf-01", LeafB: "leaf-03", Factor: 0.6},
@@ -347,7 +356,7 @@ func TestSweepRenderedFleet(t *testing.T) {
 
 func openDB(t testing.TB, path string) *sqldb.DB { return dbtest.OpenSQLite(t, path) }
 
-func sqliteStore(t *testing.T, db *sqldb.DB) *SQLStore {
+func sqliteStore(t *testing.T, db *sqldb.DB) *SQLStore { // on either database
 	t.Helper()
 	s, err := OpenSQLStore(context.Background(), db, time.Now())
 	if err != nil {
@@ -449,10 +458,16 @@ func TestSweepResumesAfterRestart(t *testing.T) {
 	}
 }
 
-func TestSQLiteStore(t *testing.T) {
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// On both databases: every campaign engine uses the same store.
+func TestSQLStore(t *testing.T) {
 	t.Parallel()
+	dbtest.Each(t, func(t *testing.T, open func(testing.TB) *sqldb.DB) { sqlStore(t, open(t)) })
+}
+
+func sqlStore(t *testing.T, db *sqldb.DB) {
 	ctx := context.Background()
-	db := openDB(t, filepath.Join(t.TempDir(), "s.db"))
 	s := sqliteStore(t, db)
 	if _, err := OpenSQLStore(ctx, db, time.Now()); err != nil { // idempotent
 		t.Fatal(err)
