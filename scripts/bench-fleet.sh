@@ -9,7 +9,11 @@
 # wants the machine to itself.
 #
 # Knobs: AGENTS, BIG_AGENTS (0 skips the big run), SUSTAIN (10s), CHECK_RUNS (3),
-# BUNDLE, KEEP=1 keeps the work directory (logs, databases).
+# BUNDLE, KEEP=1 keeps the work directory (logs, databases), STORE: sqlite
+# (default), postgres, or both (the AGENTS run once on each, side by side;
+# PostgreSQL is a local server this script starts from Debian's
+# postgresql package, fsync off like SQLite's synchronous=NORMAL keeps no
+# fsync per commit; BIG_AGENTS runs only when SQLite is measured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,13 +23,27 @@ BIG_AGENTS=${BIG_AGENTS:-10000}
 SUSTAIN=${SUSTAIN:-10s}
 CHECK_RUNS=${CHECK_RUNS:-3}
 BUNDLE=${BUNDLE:-examples/bundles/h100-healthy}
+STORE=${STORE:-sqlite}
+case $STORE in
+sqlite) stores=(sqlite) ;;
+postgres) stores=(postgres) ;;
+both) stores=(sqlite postgres) ;;
+*)
+	echo "STORE must be sqlite, postgres or both, not $STORE" >&2
+	exit 2
+	;;
+esac
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench-fleet.XXXXXX")
 coord_pid=""
+pg_bin=""
 cleanup() {
 	if [[ -n $coord_pid ]] && kill -0 "$coord_pid" 2>/dev/null; then
 		kill "$coord_pid" 2>/dev/null || true
 		wait "$coord_pid" 2>/dev/null || true
+	fi
+	if [[ -n $pg_bin ]]; then
+		as_pg "$pg_bin/pg_ctl" -D "$work/pg/data" -m fast stop >/dev/null 2>&1 || true
 	fi
 	if [[ ${KEEP:-0} == 1 ]]; then
 		echo "work directory kept: $work" >&2
@@ -40,10 +58,44 @@ $GO build -o "$work/fleetcheck" ./cmd/fleetcheck
 $GO build -o "$work/fleetcheck-loadgen" ./cmd/fleetcheck-loadgen
 lg="$work/fleetcheck-loadgen"
 
-# start_coordinator NAME: a fresh coordinator (own data dir, loopback
-# ports) in the background; sets coord_pid and coord_addr.
+# as_pg runs a PostgreSQL binary as the postgres user when this is root
+# (initdb and postgres refuse root).
+as_pg() {
+	if [[ $(id -u) == 0 ]]; then
+		setpriv --reuid=postgres --regid=postgres --init-groups "$@"
+	else
+		"$@"
+	fi
+}
+
+# start_postgres: one local server for the run, on a unix socket in the
+# work directory and 127.0.0.1; sets pg_port.
+start_postgres() {
+	pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+	if [[ -z $pg_bin || ! -x $pg_bin/initdb ]]; then
+		echo "STORE=$STORE needs PostgreSQL's server binaries (apt-get install postgresql)" >&2
+		exit 1
+	fi
+	pg_port=$("$lg" -print-free-port)
+	chmod 755 "$work"
+	mkdir -p "$work/pg"
+	[[ $(id -u) == 0 ]] && chown postgres "$work/pg"
+	as_pg "$pg_bin/initdb" -D "$work/pg/data" -U postgres -A trust --no-sync --encoding=UTF8 --locale=C >"$work/pg/initdb.log"
+	as_pg "$pg_bin/pg_ctl" -D "$work/pg/data" -l "$work/pg/server.log" -w -o \
+		"-p $pg_port -k $work/pg -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300 -c shared_buffers=256MB" \
+		start >/dev/null
+}
+
+# store_url NAME: a fresh database for one coordinator.
+store_url() {
+	as_pg "$pg_bin/createdb" -h "$work/pg" -p "$pg_port" -U postgres "$1"
+	echo "postgres://postgres@127.0.0.1:$pg_port/$1?sslmode=disable"
+}
+
+# start_coordinator NAME [STORE_URL]: a fresh coordinator (own data dir,
+# loopback ports) in the background; sets coord_pid and coord_addr.
 start_coordinator() {
-	local name=$1 grpc_port http_port
+	local name=$1 url=${2:-} grpc_port http_port
 	grpc_port=$("$lg" -print-free-port)
 	http_port=$("$lg" -print-free-port)
 	while [[ $http_port == "$grpc_port" ]]; do http_port=$("$lg" -print-free-port); done
@@ -52,6 +104,7 @@ start_coordinator() {
 listen: 127.0.0.1:$grpc_port
 http_listen: 127.0.0.1:$http_port
 data_dir: $work/$name/data
+store_url: "$url"
 insecure: true
 EOF
 	"$work/fleetcheck" coordinator --config "$work/$name/coordinator.yaml" --log-format json \
@@ -86,15 +139,26 @@ rows="$work/rows.md"
 # other processes took).
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
-echo "== $AGENTS agents" >&2
-start_coordinator small
-"$lg" -coordinator "$coord_addr" -coordinator-pid "$coord_pid" -bundle "$BUNDLE" \
-	-agents "$AGENTS" -check-runs "$CHECK_RUNS" -sustain "$SUSTAIN" -cli "$work/fleetcheck" \
-	-target-check 2s -target-rate 20000 -target-kib-per-agent 100 \
-	-label "$(printf "%'d" "$AGENTS") agents" >>"$rows"
-stop_coordinator
+for st in "${stores[@]}"; do
+	echo "== $AGENTS agents, $st" >&2
+	url=""
+	label="$(printf "%'d" "$AGENTS") agents"
+	if [[ $st == postgres ]]; then
+		[[ -z $pg_bin ]] && start_postgres
+		url=$(store_url small_pg)
+		label="$label, PostgreSQL"
+	elif [[ ${#stores[@]} -gt 1 ]]; then
+		label="$label, SQLite"
+	fi
+	start_coordinator "small-$st" "$url"
+	"$lg" -coordinator "$coord_addr" -coordinator-pid "$coord_pid" -bundle "$BUNDLE" \
+		-agents "$AGENTS" -check-runs "$CHECK_RUNS" -sustain "$SUSTAIN" -cli "$work/fleetcheck" \
+		-target-check 2s -target-rate 20000 -target-kib-per-agent 100 \
+		-label "$label" >>"$rows"
+	stop_coordinator
+done
 
-if [[ $BIG_AGENTS -gt 0 ]]; then
+if [[ $BIG_AGENTS -gt 0 && ${stores[0]} == sqlite ]]; then
 	echo "== $BIG_AGENTS agents" >&2
 	start_coordinator big
 	"$lg" -coordinator "$coord_addr" -coordinator-pid "$coord_pid" -bundle "$BUNDLE" \

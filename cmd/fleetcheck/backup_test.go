@@ -46,3 +46,34 @@ func TestBackupConfigFromAnotherDir(t *testing.T) {
 		t.Errorf("a data directory appeared in the working directory: %v", err)
 	}
 }
+
+// TestBackupFollowsStoreURL: with --config, backup copies the SQLite file
+// store_url names, and refuses a PostgreSQL store_url with pg_dump's name.
+func TestBackupFollowsStoreURL(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "elsewhere", "fc.db")
+	st, err := store.Open(context.Background(), store.Options{URL: "sqlite:" + db, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "c.yaml")
+	write := func(url string) {
+		if err := os.WriteFile(conf, []byte("data_dir: data\ninsecure: true\nstore_url: '"+url+"'\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sqlite:elsewhere/fc.db")
+	dest := filepath.Join(dir, "copy.db")
+	out, code := execute(t, "coordinator", "backup", "--config", conf, dest)
+	if code != 0 || !strings.Contains(out, "backup of "+db) {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	write("postgres://fc@127.0.0.1:5432/fleet")
+	out, code = execute(t, "coordinator", "backup", "--config", conf, filepath.Join(dir, "x.db"))
+	if code == 0 || !strings.Contains(out, "pg_dump") {
+		t.Fatalf("backup of a PostgreSQL store: exit %d:\n%s", code, out)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/pki"
 	"github.com/fleetcheck/fleetcheck/internal/promserve"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 func newCoordinatorCmd() *cobra.Command {
@@ -112,7 +113,10 @@ database, and the copy (VACUUM INTO) is one snapshot, taken without stopping
 ingest. It never creates or upgrades a database.
 
 To restore: stop the coordinator, remove DIR/fleetcheck.db-wal and
-DIR/fleetcheck.db-shm, copy the backup to DIR/fleetcheck.db, start it.`,
+DIR/fleetcheck.db-shm, copy the backup to DIR/fleetcheck.db, start it.
+
+With --config, a store_url of sqlite:PATH backs up that file; a PostgreSQL
+store_url is refused: back PostgreSQL up with pg_dump (docs/store.md).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := dataDir
@@ -125,6 +129,16 @@ DIR/fleetcheck.db-shm, copy the backup to DIR/fleetcheck.db, start it.`,
 					return err
 				}
 				dir = cfg.DataDir
+				if cfg.StoreURL != "" {
+					t, err := sqldb.Parse(cfg.StoreURL)
+					if err != nil {
+						return err
+					}
+					if t.Dialect == sqldb.Postgres {
+						return store.ErrBackupPostgres
+					}
+					return backupFile(cmd, t.Path, args[0])
+				}
 			}
 			if dir == "" {
 				return fmt.Errorf("--data-dir or --config is required")
@@ -133,18 +147,31 @@ DIR/fleetcheck.db-shm, copy the backup to DIR/fleetcheck.db, start it.`,
 			if err := store.BackupDir(cmd.Context(), dir, args[0]); err != nil {
 				return err
 			}
-			fi, err := os.Stat(args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "backup of %s written to %s (%d bytes, %s)\n",
-				dir, args[0], fi.Size(), time.Since(start).Round(time.Millisecond))
-			return nil
+			return backupDone(cmd, dir, args[0], start)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "the coordinator's data directory")
 	cmd.Flags().StringVar(&configFile, "config", "", "take the data directory from this coordinator config (a relative data_dir is the config file's directory's)")
 	return cmd
+}
+
+// backupFile backs up a store_url's SQLite file.
+func backupFile(cmd *cobra.Command, path, dest string) error {
+	start := time.Now()
+	if err := store.BackupPath(cmd.Context(), path, dest); err != nil {
+		return err
+	}
+	return backupDone(cmd, path, dest, start)
+}
+
+func backupDone(cmd *cobra.Command, src, dest string, start time.Time) error {
+	fi, err := os.Stat(dest)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "backup of %s written to %s (%d bytes, %s)\n",
+		src, dest, fi.Size(), time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // reloadOnHUP rereads the console's token file on each SIGHUP (the

@@ -133,6 +133,18 @@ func BackupDir(ctx context.Context, dir, dest string) error {
 	return backupFile(ctx, path, dest)
 }
 
+// BackupPath is BackupDir for a SQLite database file named directly
+// (store_url: sqlite:PATH).
+func BackupPath(ctx context.Context, path, dest string) error {
+	if _, err := os.Stat(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("backup: %w at %s", ErrNotInitialized, path)
+		}
+		return fmt.Errorf("backup: %w", err)
+	}
+	return backupFile(ctx, path, dest)
+}
+
 func backupFile(ctx context.Context, src, dest string) error {
 	abs, err := filepath.Abs(dest)
 	if err != nil {
