@@ -20,6 +20,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
@@ -53,6 +54,9 @@ func (c Config) validateCampaigns() error {
 		rangeBreakerCount.Check("breaker.max_count", c.Breaker.MaxCount),
 		rangeSlurmTimeout.CheckOrZero("drain.slurm.timeout", c.Drain.Slurm.Timeout),
 		rangeEvictTimeout.CheckOrZero("drain.kubernetes.eviction_timeout", c.Drain.Kubernetes.EvictionTimeout))
+	if err := c.Remediation.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.SweepSchedule != nil {
 		if _, err := cron.ParseStandard(c.SweepSchedule.Cron); err != nil {
 			errs = append(errs, fmt.Errorf("sweep_schedule.cron %q: %w", c.SweepSchedule.Cron, err))
@@ -86,6 +90,8 @@ type campaigns struct {
 	rollout *rollout.Engine
 	burnin  *burnin.Engine
 	drill   *drill.Engine
+	remed   *remediation.Engine // the remediation ladder (shadow mode unless configured)
+	feed    *remedFeed
 	cron    *cron.Cron
 
 	ctx      context.Context // the engines' life: cancelled by stop
@@ -162,6 +168,11 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	if c.drill, err = drill.New(ctx, deps, drill.Options{}); err != nil {
 		return nil, fmt.Errorf("drill: %w", err)
 	}
+	if c.remed, err = remediation.New(ctx, s.cfg.Remediation, remediation.Deps{DB: c.db, Fleet: c.fleet, Drain: adapter, Breaker: c.breaker,
+		Clock: clock, Log: c.log, Campaigns: remedHolding{c}}); err != nil {
+		return nil, fmt.Errorf("remediation: %w", err)
+	}
+	c.log.Info().Str("mode", string(c.remed.Mode())).Msg("remediation ladder on")
 	// The breaker keeps its window in memory: the campaigns' own records
 	// of their drains bring it back after a restart.
 	window := bc.Window
@@ -222,6 +233,8 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	c.loop("rollout", c.rollout.Run)
 	c.loop("burnin", c.burnin.Run)
 	c.loop("drill", c.drill.Run)
+	c.feed = newRemedFeed(c.ctx, c.remed, c.log)
+	c.loop("remediation", func(ctx context.Context) error { return c.remed.Run(ctx, remediationPoll) })
 	return c, nil
 }
 
@@ -251,6 +264,7 @@ func (c *campaigns) stop() error {
 	c.wg.Wait()
 	c.policy.wait()
 	c.conds.wait()
+	c.feed.wait()
 	return c.db.Close()
 }
 
@@ -350,6 +364,14 @@ func (s *Server) conditions() *conditionWriter {
 		return nil
 	}
 	return s.camp.conds
+}
+
+// remedFeed is the remediation engine's result queue; nil without a fleet.
+func (s *Server) remedFeed() *remedFeed {
+	if s.camp == nil {
+		return nil
+	}
+	return s.camp.feed
 }
 
 // drainPolicy is the running drain policy; nil when it is off.

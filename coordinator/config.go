@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/console"
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/membership"
@@ -68,6 +69,9 @@ type Config struct {
 	Drain DrainConfig `yaml:"drain"`
 	// Breaker bounds what campaigns together may drain.
 	Breaker BreakerConfig `yaml:"breaker"`
+	// Remediation is the remediation ladder and its escalation rules
+	// (docs/remediation.md); shadow mode unless mode: auto.
+	Remediation remediation.Config `yaml:"remediation"`
 	// SweepSchedule, when set, runs the nightly slow-node sweep.
 	SweepSchedule *SweepScheduleConfig `yaml:"sweep_schedule"`
 	// CompatMatrix is the compatibility matrix file rollouts use when the

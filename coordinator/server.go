@@ -284,6 +284,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	pb.RegisterAgentServiceServer(s.grpc, &agentService{s: s})
 	pb.RegisterOperatorServiceServer(s.grpc, &operatorService{s: s})
 	pb.RegisterCampaignServiceServer(s.grpc, s.camp)
+	pb.RegisterRemediationServiceServer(s.grpc, &remediationService{c: s.camp})
 	s.serving.Add(1)
 	go func() {
 		defer s.serving.Done()

@@ -119,6 +119,7 @@ func New(cfg Config) (*Authorizer, error) {
 			{prefix: "/" + pb.AgentService_ServiceDesc.ServiceName + "/", kind: pki.KindNode},
 			{prefix: "/" + pb.OperatorService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
 			{prefix: "/" + pb.CampaignService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
+			{prefix: "/" + pb.RemediationService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
 		},
 	}, nil
 }

@@ -175,9 +175,9 @@ func (c Config) Validate(prefix string) error {
 	for i, r := range c.Xid {
 		k := fmt.Sprintf("%s.xid[%d]", prefix, i)
 		errs = append(errs,
-			RangeXidCode.Check(prefix+".xid.code", r.Code),
-			RangeCount.CheckOrZero(prefix+".xid.count", r.Count),
-			RangeWindow.CheckOrZero(prefix+".xid.window", r.Window))
+			RangeXidCode.Check(prefix+".xid[].code", r.Code),
+			RangeCount.CheckOrZero(prefix+".xid[].count", r.Count),
+			RangeWindow.CheckOrZero(prefix+".xid[].window", r.Window))
 		step(k+".action", r.Action)
 		if seen[r.Code] {
 			errs = append(errs, fmt.Errorf("%s: Xid %d has two rules", k, r.Code))

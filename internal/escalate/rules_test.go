@@ -180,9 +180,9 @@ func TestValidate(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Xid: []XidRule{{Code: 13, Count: 5000}}}, "r.xid.count"},
-		{Config{Xid: []XidRule{{Code: 0}}}, "r.xid.code"},
-		{Config{Xid: []XidRule{{Code: 13, Window: time.Second}}}, "r.xid.window"},
+		{Config{Xid: []XidRule{{Code: 13, Count: 5000}}}, "r.xid[].count"},
+		{Config{Xid: []XidRule{{Code: 0}}}, "r.xid[].code"},
+		{Config{Xid: []XidRule{{Code: 13, Window: time.Second}}}, "r.xid[].window"},
 		{Config{ECC: ECCRule{Count: -1}}, "r.ecc_correctable.count"},
 		{Config{Link: LinkRule{Stable: 30 * 24 * time.Hour}}, "r.link_flaps.stable"},
 		{Config{Correlate: CorrelateRule{MinNodes: 1}}, "r.correlate.min_nodes"},

@@ -1,0 +1,204 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
+	"github.com/fleetcheck/fleetcheck/coordinator/authz"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
+)
+
+// remediationPoll is how often the engine's loop steps.
+const remediationPoll = 10 * time.Second
+
+// remedFeed hands the agents' scheduled results to the remediation
+// engine off the ingest path: a full queue drops (and counts) a result
+// rather than holding up an agent's stream.
+type remedFeed struct {
+	eng *remediation.Engine
+	log zerolog.Logger
+	ch  chan *store.Result
+	wg  sync.WaitGroup
+
+	mu      sync.Mutex
+	dropped int
+}
+
+func newRemedFeed(ctx context.Context, eng *remediation.Engine, log zerolog.Logger) *remedFeed {
+	f := &remedFeed{eng: eng, log: log, ch: make(chan *store.Result, 1024)}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case r := <-f.ch:
+				if err := eng.Observe(ctx, r.Node, r.Checks, r.Finished, ""); err != nil && ctx.Err() == nil {
+					log.Warn().Err(err).Str("node", r.Node).Msg("remediation: result not taken")
+				}
+			}
+		}
+	}()
+	return f
+}
+
+// observe queues a result of the agent's own schedule (campaign runs,
+// the ladder's own verifications among them, are left out).
+func (f *remedFeed) observe(r *store.Result) {
+	if f == nil || r.WorkID != "" {
+		return
+	}
+	select {
+	case f.ch <- r:
+	default:
+		f.mu.Lock()
+		f.dropped++
+		n := f.dropped
+		f.mu.Unlock()
+		if n == 1 || n%1000 == 0 {
+			f.log.Warn().Int("dropped", n).Msg("remediation: queue full, results dropped")
+		}
+	}
+}
+
+func (f *remedFeed) wait() {
+	if f != nil {
+		f.wg.Wait()
+	}
+}
+
+// remedHolding is what the campaigns hold: a node in a running rollout,
+// burn-in or drill (or drained by one) is left alone by the health path.
+type remedHolding struct{ c *campaigns }
+
+func (h remedHolding) Holding(ctx context.Context, node string) (string, bool) {
+	n := h.c.s.reg.lookup(node)
+	if n == nil {
+		return "", false
+	}
+	n.mu.Lock()
+	state, reason := n.state, n.reason
+	n.mu.Unlock()
+	if campaignOwned(state) {
+		return "held by a campaign or the drain policy: " + reason, true
+	}
+	return "", false
+}
+
+// remediationService serves RemediationService.
+type remediationService struct {
+	pb.UnimplementedRemediationServiceServer
+	c *campaigns
+}
+
+func (r *remediationService) engine() (*remediation.Engine, error) {
+	if r.c == nil || r.c.remed == nil {
+		return nil, status.Error(codes.Unavailable, "remediation is off: no fleet wired into this coordinator")
+	}
+	return r.c.remed, nil
+}
+
+func remedErr(op string, err error) error {
+	switch {
+	case errors.Is(err, remediation.ErrNotFound):
+		return status.Errorf(codes.NotFound, "%s: %v", op, err)
+	case errors.Is(err, remediation.ErrState):
+		return status.Errorf(codes.FailedPrecondition, "%s: %v", op, err)
+	}
+	return campaignErr(op, err)
+}
+
+func remedDoc(op string, v any) (*pb.RemediationDocument, error) {
+	d, err := jsonDoc(op, v)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RemediationDocument{ContentType: d.ContentType, Body: d.Body}, nil
+}
+
+func (r *remediationService) RemediationList(ctx context.Context, req *pb.RemediationListRequest) (*pb.RemediationDocument, error) {
+	const op = "remediation list"
+	e, err := r.engine()
+	if err != nil {
+		return nil, err
+	}
+	l, err := e.List(ctx, req.GetNode(), remediation.State(req.GetState()))
+	if err != nil {
+		return nil, remedErr(op, err)
+	}
+	if l == nil {
+		l = []remediation.Remediation{}
+	}
+	jobs, err := e.JobEvents(ctx, 20)
+	if err != nil {
+		return nil, remedErr(op, err)
+	}
+	return remedDoc(op, struct {
+		Mode         remediation.Mode          `json:"mode"`
+		Remediations []remediation.Remediation `json:"remediations"`
+		JobEvents    []remediation.JobEvent    `json:"job_events"`
+		Flagged      any                       `json:"flagged_ports"`
+	}{e.Mode(), l, jobs, e.Flagged(req.GetNode())})
+}
+
+func (r *remediationService) RemediationShow(ctx context.Context, req *pb.RemediationRef) (*pb.RemediationDocument, error) {
+	const op = "remediation show"
+	e, err := r.engine()
+	if err != nil {
+		return nil, err
+	}
+	x, err := e.Get(ctx, req.GetId())
+	if err != nil {
+		return nil, remedErr(op, err)
+	}
+	return remedDoc(op, x)
+}
+
+// who names the operator for the remediation's history.
+func who(ctx context.Context) string {
+	if id, ok := authz.IdentityFrom(ctx); ok && id.Name != "" {
+		return id.Name
+	}
+	return "operator"
+}
+
+func (r *remediationService) RemediationApprove(ctx context.Context, req *pb.RemediationRef) (*pb.RemediationDocument, error) {
+	const op = "remediation approve"
+	e, err := r.engine()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.c.audit(ctx, "remediation.approve", req.GetId()); err != nil {
+		return nil, err
+	}
+	x, err := e.Approve(ctx, req.GetId(), who(ctx))
+	if err != nil {
+		return nil, remedErr(op, err)
+	}
+	return remedDoc(op, x)
+}
+
+func (r *remediationService) RemediationCancel(ctx context.Context, req *pb.RemediationRef) (*pb.RemediationDocument, error) {
+	const op = "remediation cancel"
+	e, err := r.engine()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.c.audit(ctx, "remediation.cancel", req.GetId()+": "+req.GetReason()); err != nil {
+		return nil, err
+	}
+	x, err := e.Cancel(ctx, req.GetId(), who(ctx), req.GetReason())
+	if err != nil {
+		return nil, remedErr(op, err)
+	}
+	return remedDoc(op, x)
+}
