@@ -153,7 +153,8 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	}
 	// One Deps for every engine: they share the database, clock, breaker
 	// and which nodes campaigns hold.
-	deps := kit.Deps{DB: sdb, Fleet: c.fleet, Clock: clock, Drainer: adapter, Breaker: c.breaker, Busy: &kit.Busy{}, Logger: c.log}
+	busy := &kit.Busy{}
+	deps := kit.Deps{DB: sdb, Fleet: c.fleet, Clock: clock, Drainer: adapter, Breaker: c.breaker, Busy: busy, Logger: c.log}
 	if c.sweep, err = sweep.New(ctx, deps, sweep.Options{Baselines: sweep.FinderSource{Finder: c.bl}}); err != nil {
 		return nil, fmt.Errorf("sweep: %w", err)
 	}
@@ -169,7 +170,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 		return nil, fmt.Errorf("drill: %w", err)
 	}
 	if c.remed, err = remediation.New(ctx, s.cfg.Remediation, remediation.Deps{DB: c.db, Fleet: c.fleet, Drain: adapter, Breaker: c.breaker,
-		Clock: clock, Log: c.log, Campaigns: remedHolding{c}}); err != nil {
+		Clock: clock, Log: c.log, Campaigns: remedHolding{c, busy}}); err != nil {
 		return nil, fmt.Errorf("remediation: %w", err)
 	}
 	c.log.Info().Str("mode", string(c.remed.Mode())).Msg("remediation ladder on")

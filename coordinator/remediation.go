@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/authz"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
@@ -78,9 +79,15 @@ func (f *remedFeed) wait() {
 
 // remedHolding is what the campaigns hold: a node in a running rollout,
 // burn-in or drill (or drained by one) is left alone by the health path.
-type remedHolding struct{ c *campaigns }
+type remedHolding struct {
+	c    *campaigns
+	busy *kit.Busy // the nodes running campaigns hold
+}
 
 func (h remedHolding) Holding(ctx context.Context, node string) (string, bool) {
+	if who, held := h.busy.Holding(ctx, node); held {
+		return "held by " + who, true
+	}
 	n := h.c.s.reg.lookup(node)
 	if n == nil {
 		return "", false
