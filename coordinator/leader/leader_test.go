@@ -119,6 +119,9 @@ func writes(t *testing.T, db *sqldb.DB) map[string]int {
 		}
 		out[who] = n
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
