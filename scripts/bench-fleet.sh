@@ -86,6 +86,19 @@ start_postgres() {
 		start >/dev/null
 }
 
+# pg_cpu_ticks: CPU clock ticks the PostgreSQL server's processes used so
+# far (the postmaster and its children: the coordinator's backends). The
+# coordinator's CPU figures leave the server out; this row adds it.
+pg_cpu_ticks() {
+	local pm total=0 pid f
+	pm=$(head -1 "$work/pg/data/postmaster.pid")
+	for pid in $pm $(pgrep -P "$pm"); do
+		f=$(cut -d' ' -f14,15 "/proc/$pid/stat" 2>/dev/null) || continue
+		total=$((total + ${f% *} + ${f#* }))
+	done
+	echo "$total"
+}
+
 # store_url NAME: a fresh database for one coordinator.
 store_url() {
 	as_pg "$pg_bin/createdb" -h "$work/pg" -p "$pg_port" -U postgres "$1"
@@ -151,10 +164,19 @@ for st in "${stores[@]}"; do
 		label="$label, SQLite"
 	fi
 	start_coordinator "small-$st" "$url"
+	[[ $st == postgres ]] && ticks0=$(pg_cpu_ticks)
 	"$lg" -coordinator "$coord_addr" -coordinator-pid "$coord_pid" -bundle "$BUNDLE" \
 		-agents "$AGENTS" -check-runs "$CHECK_RUNS" -sustain "$SUSTAIN" -cli "$work/fleetcheck" \
 		-target-check 2s -target-rate 20000 -target-kib-per-agent 100 \
-		-label "$label" >>"$rows"
+		-label "$label" >>"$rows" 2> >(tee "$work/small-$st/loadgen.log" >&2)
+	if [[ $st == postgres ]]; then
+		ticks=$(($(pg_cpu_ticks) - ticks0))
+		stored=$(grep -o 'check_results=[^ ]*[0-9]*' "$work/small-$st/loadgen.log" | tail -1 | grep -o '[0-9]*$' || echo 0)
+		hz=$(getconf CLK_TCK)
+		if [[ $stored -gt 0 ]]; then
+			echo "| $label | PostgreSQL server CPU per check result stored (whole run, $stored check results) | $((ticks * 1000000 / hz / stored)) µs ($(awk "BEGIN{printf \"%.1f\", $ticks/$hz}") s of server CPU) |  |  |" >>"$rows"
+		fi
+	fi
 	stop_coordinator
 done
 
