@@ -169,7 +169,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	if c.drill, err = drill.New(ctx, deps, drill.Options{}); err != nil {
 		return nil, fmt.Errorf("drill: %w", err)
 	}
-	if c.remed, err = remediation.New(ctx, s.cfg.Remediation, remediation.Deps{DB: c.db, Fleet: c.fleet, Drain: adapter, Breaker: c.breaker,
+	if c.remed, err = remediation.New(ctx, s.cfg.Remediation, remediation.Deps{DB: sdb, Fleet: c.fleet, Drain: adapter, Breaker: c.breaker,
 		Clock: clock, Log: c.log, Campaigns: remedHolding{c, busy}}); err != nil {
 		return nil, fmt.Errorf("remediation: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/internal/escalate"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/selector"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // Actor is the breaker's campaign name and the drains' reason prefix.
@@ -43,7 +44,7 @@ type History interface {
 
 // Deps are what the engine runs on; Fleet, Drain and DB are required.
 type Deps struct {
-	DB        *sql.DB
+	DB        *sqldb.DB
 	Fleet     kit.Fleet
 	Drain     drain.Adapter
 	Breaker   *kit.Breaker // nil: unbounded (tests only)
@@ -85,7 +86,7 @@ func New(ctx context.Context, cfg Config, d Deps) (*Engine, error) {
 	if e.http == nil {
 		e.http = &http.Client{Timeout: cfg.RMA.Timeout}
 	}
-	if err := migrate(ctx, d.DB, d.Clock.Now()); err != nil {
+	if err := schema.Migrate(ctx, d.DB, d.Clock.Now()); err != nil {
 		return nil, err
 	}
 	seq, err := maxSeq(ctx, d.DB)
@@ -277,18 +278,12 @@ func (e *Engine) Trigger(ctx context.Context, t Trigger) (string, error) {
 	default:
 		r.State, r.DueAt = StateDraining, now
 	}
-	tx, err := e.d.DB.BeginTx(ctx, nil)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := insertItem(ctx, tx, r, e.seq); err != nil {
-		return "", err
-	}
-	if err := events.Add(ctx, tx, r.ID, r.Node, now, what); err != nil {
-		return "", err
-	}
-	if err := tx.Commit(); err != nil {
+	if err := e.d.DB.Tx(ctx, func(tx *sqldb.Tx) error {
+		if err := insertItem(ctx, tx, r, e.seq); err != nil {
+			return err
+		}
+		return events.Add(ctx, tx, r.ID, r.Node, now, what)
+	}); err != nil {
 		return "", fmt.Errorf("record remediation: %w", err)
 	}
 	e.log.Info().Str("node", r.Node).Str("remediation", r.ID).Str("state", string(r.State)).Str("step", r.Step).Msg(what)
@@ -444,20 +439,15 @@ func (e *Engine) operator(ctx context.Context, id string, fn func(*Remediation, 
 // save writes r and one event in one transaction.
 func (e *Engine) save(ctx context.Context, r *Remediation, now time.Time, what string) error {
 	r.UpdatedAt = now
-	tx, err := e.d.DB.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if err := saveItem(ctx, tx, r); err != nil {
-		return err
-	}
-	if what != "" {
-		if err := events.Add(ctx, tx, r.ID, r.Node, now, what); err != nil {
+	return e.d.DB.Tx(ctx, func(tx *sqldb.Tx) error {
+		if err := saveItem(ctx, tx, r); err != nil {
 			return err
 		}
-	}
-	return tx.Commit()
+		if what == "" {
+			return nil
+		}
+		return events.Add(ctx, tx, r.ID, r.Node, now, what)
+	})
 }
 
 // NextDue is when the earliest stepped remediation is due; ok is false

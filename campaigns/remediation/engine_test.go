@@ -17,10 +17,38 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
+	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The ladder runs the same on SQLite and PostgreSQL, and a restarted
+// engine reads back what it wrote.
+func TestLadderOnEachDatabase(t *testing.T) {
+	dbtest.Each(t, func(t *testing.T, open func(testing.TB) *sqldb.DB) {
+		db := open(t)
+		r := newRigDB(t, db, auto(), kit.BreakerConfig{})
+		r.f.set("n01", func(n *fakeNode) { n.faults["GPU2"] = fault{"XID_48", StepResetGPU} })
+		id := r.trigger(t, "n01", "GPU2", StepResetGPU)
+		drive(t, r.e, r.c, time.Hour)
+		again, err := New(r.ctx, auto(), Deps{DB: db, Fleet: r.f, Drain: r.d, Clock: r.c, Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := again.Get(r.ctx, id)
+		if err != nil || x.State != StateDone || len(x.Events) < 4 {
+			t.Fatalf("after a restart: %v %+v", err, x)
+		}
+		if id2, err := again.Trigger(r.ctx, Trigger{Node: "n02", Component: "GPU0", Step: StepResetGPU, Reason: "test"}); err != nil || id2 == id {
+			t.Fatalf("restarted engine: %v, id %s after %s", err, id2, id)
+		}
+	})
+}
 
 type rig struct {
 	e    *Engine
@@ -48,13 +76,18 @@ func (b baseline) AllReduce(context.Context, string) (float64, bool, error) {
 
 func newRig(t *testing.T, cfg Config, br kit.BreakerConfig) *rig {
 	t.Helper()
+	return newRigDB(t, openDB(t), cfg, br)
+}
+
+func newRigDB(t *testing.T, db *sqldb.DB, cfg Config, br kit.BreakerConfig) *rig {
+	t.Helper()
 	c := &clock{now: t0}
 	r := &rig{f: newFakeFleet(16), d: drain.NewNone(nil), c: c, held: map[string]string{}, ctx: context.Background()}
 	var err error
 	if r.br, err = kit.NewBreaker(br, c); err != nil {
 		t.Fatal(err)
 	}
-	r.e, err = New(r.ctx, cfg, Deps{DB: openDB(t), Fleet: r.f, Drain: r.d, Breaker: r.br, Clock: c, Log: zerolog.Nop(), Baselines: baseline(480), Campaigns: r})
+	r.e, err = New(r.ctx, cfg, Deps{DB: db, Fleet: r.f, Drain: r.d, Breaker: r.br, Clock: c, Log: zerolog.Nop(), Baselines: baseline(480), Campaigns: r})
 	if err != nil {
 		t.Fatal(err)
 	}

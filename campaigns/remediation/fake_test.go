@@ -2,19 +2,17 @@ package remediation
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3"
-
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb/dbtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/selector"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 var t0 = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
@@ -133,16 +131,7 @@ func (f *fakeFleet) ran() []string {
 	return append([]string(nil), f.actions...)
 }
 
-func openDB(t *testing.T) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+filepath.Join(t.TempDir(), "r.db")+"?_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	t.Cleanup(func() { _ = db.Close() })
-	return db
-}
+func openDB(t *testing.T) *sqldb.DB { return dbtest.SQLite(t) }
 
 // drive steps the engine, moving the clock to each next due time, until
 // nothing is due or limit passes.

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
 	"github.com/fleetcheck/fleetcheck/internal/escalate"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 )
@@ -255,5 +256,5 @@ var (
 	ErrNotFound     = errors.New("no such remediation")
 	ErrState        = errors.New("not possible in this state")
 	ErrInvalid      = errors.New("invalid remediation config")
-	ErrSchemaTooNew = errors.New("remediation tables are newer than this fleetcheck")
+	ErrSchemaTooNew = campaigndb.ErrSchemaTooNew
 )

@@ -5,21 +5,15 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
 )
 
-// SchemaVersion is the version of the remediation_ tables.
-const SchemaVersion = 1
+var events = campaigndb.EventLog{Table: "remediation_events", Key: "remediation_id", Index: "remediation_events_item", Noun: "remediation"}
 
-// Portable SQL: TEXT times (campaigndb.Time), JSON in TEXT, no
-// engine-specific upserts.
-const schema = `
-CREATE TABLE IF NOT EXISTS remediation_schema_version (
-	version    INTEGER NOT NULL PRIMARY KEY,
-	applied_at TEXT    NOT NULL
-);
+// schema is the remediation_ tables: portable SQL (sqldb translates the
+// DDL; TEXT times in campaigndb's fixed width, so they sort; JSON in TEXT).
+var schema = campaigndb.Schema{Name: "remediation", Current: `
 CREATE TABLE IF NOT EXISTS remediation_items (
 	id         TEXT    NOT NULL PRIMARY KEY,
 	seq        INTEGER NOT NULL,
@@ -32,49 +26,15 @@ CREATE TABLE IF NOT EXISTS remediation_items (
 );
 CREATE INDEX IF NOT EXISTS remediation_items_state ON remediation_items(state, due_at);
 CREATE INDEX IF NOT EXISTS remediation_items_node ON remediation_items(node, component);
-CREATE TABLE IF NOT EXISTS remediation_events (
-	id             INTEGER PRIMARY KEY,
-	remediation_id TEXT NOT NULL,
-	node           TEXT NOT NULL,
-	at             TEXT NOT NULL,
-	what           TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS remediation_events_item ON remediation_events(remediation_id, id);
 CREATE TABLE IF NOT EXISTS remediation_jobs (
 	id   INTEGER PRIMARY KEY,
 	at   TEXT NOT NULL,
 	data TEXT NOT NULL -- JSON JobEvent
 );
-`
+` + events.DDL()}
 
 // Event is one line of a remediation's history.
 type Event = campaigndb.Event
-
-var events = campaigndb.EventLog{Table: "remediation_events", Key: "remediation_id", Noun: "remediation"}
-
-func migrate(ctx context.Context, db *sql.DB, now time.Time) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
-		return fmt.Errorf("create remediation tables: %w", err)
-	}
-	var v sql.NullInt64
-	if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM remediation_schema_version`).Scan(&v); err != nil {
-		return fmt.Errorf("read remediation schema version: %w", err)
-	}
-	switch {
-	case !v.Valid:
-		if _, err := tx.ExecContext(ctx, `INSERT INTO remediation_schema_version (version, applied_at) VALUES (?, ?)`, SchemaVersion, campaigndb.Time(now)); err != nil {
-			return fmt.Errorf("record remediation schema version: %w", err)
-		}
-	case v.Int64 > SchemaVersion:
-		return fmt.Errorf("%w: version %d, this fleetcheck knows %d", ErrSchemaTooNew, v.Int64, SchemaVersion)
-	}
-	return tx.Commit()
-}
 
 func insertItem(ctx context.Context, q campaigndb.Querier, r *Remediation, seq int) error {
 	if _, err := q.ExecContext(ctx, `INSERT INTO remediation_items (id, seq, node, component, state, data, created_at, due_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,

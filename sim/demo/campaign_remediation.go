@@ -470,7 +470,7 @@ func runRemediation(ctx context.Context, opts CampaignOptions) (*RemediationResu
 	if opts.remediationConfig != nil {
 		opts.remediationConfig(&cfg)
 	}
-	s.eng, err = remediation.New(ctx, cfg, remediation.Deps{DB: db.SQL(), Fleet: f, Drain: drain.NewNone(nil), Breaker: s.br, Clock: clock,
+	s.eng, err = remediation.New(ctx, cfg, remediation.Deps{DB: db, Fleet: f, Drain: drain.NewNone(nil), Breaker: s.br, Clock: clock,
 		Log: zerolog.Nop(), Baselines: flatBaseline(480), Campaigns: s})
 	if err != nil {
 		return nil, err
