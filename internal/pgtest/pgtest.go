@@ -106,6 +106,7 @@ func Start(ctx context.Context) (*Server, error) {
 		gid, _ := strconv.Atoi(u.Gid)
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
+	removeStale()
 	// Not t.TempDir: go test's directories are 0700 root, which the
 	// postgres user cannot enter, and the server outlives single tests.
 	s.root, err = os.MkdirTemp("", "fleetcheck-pgtest-")
@@ -140,6 +141,26 @@ func Start(ctx context.Context) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// removeStale deletes what killed test binaries left: directories of
+// servers that are gone (Pdeathsig stopped them, nothing removed the
+// files), older than an hour so that one being set up is never touched.
+func removeStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "fleetcheck-pgtest-*"))
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil || time.Since(fi.ModTime()) < time.Hour {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid")); err == nil {
+			line, _, _ := strings.Cut(string(b), "\n")
+			if pid, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && syscall.Kill(pid, 0) == nil {
+				continue // still running
+			}
+		}
+		_ = os.RemoveAll(d) // best effort: a leftover is only disk space
+	}
 }
 
 func (s *Server) chown(path string) error {
