@@ -702,3 +702,31 @@ func TestDrainWaitsForJobsThenGivesUp(t *testing.T) {
 		t.Errorf("%+v", r.Campaign)
 	}
 }
+
+// A node another kind of campaign holds (kit.Busy) is not taken, and a
+// running burn-in's nodes are what it holds for the others.
+func TestNodeHeldByAnotherCampaignRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 3)
+	busy := &kit.Busy{}
+	busy.Register("drill", func(context.Context) (map[string]string, error) {
+		return map[string]string{"gpu-002": "drill d-1"}, nil
+	})
+	ctx := context.Background()
+	e, err := New(ctx, kit.Deps{DB: h.db, Fleet: h.fleet, Drainer: h.drain, Clock: h.fleet.clock, Busy: busy}, Options{Baselines: h.base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := ParseSpec([]byte(standardSpec))
+	if _, err := e.Start(ctx, spec); !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "gpu-002 (drill d-1)") {
+		t.Fatalf("burn-in over a node a drill holds: %v", err)
+	}
+	busy.Register("drill", func(context.Context) (map[string]string, error) { return nil, nil })
+	id, err := e.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who, ok := busy.Holding(ctx, "gpu-003"); !ok || who != "burnin "+id {
+		t.Fatalf("gpu-003 held by %q (%v), want burnin %s", who, ok, id)
+	}
+}

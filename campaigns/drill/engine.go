@@ -782,9 +782,8 @@ func (e *Engine) awaitOutOfService(ctx context.Context, d *Drill, t *Target) err
 	spec := d.Spec
 	poll := time.Duration(d.Spec.PollInterval)
 	deadline := time.Duration(d.Spec.Deadline)
-	now := e.clock.Now()
 	out, why, err := e.outOfService(ctx, t.Node)
-	now = e.clock.Now()
+	now := e.clock.Now()
 	if err != nil {
 		t.LastError = err.Error()
 	}
@@ -846,7 +845,6 @@ func (e *Engine) recovering(ctx context.Context, d *Drill, t *Target) error {
 	spec := d.Spec
 	poll := time.Duration(d.Spec.PollInterval)
 	deadline := time.Duration(d.Spec.Deadline)
-	now := e.clock.Now()
 	limit := t.InjectedAt.Add(deadline)
 	if t.Aborted || t.RevertedBy == "agent" {
 		// An aborted drill (or one whose revert is the agent's) still
@@ -865,7 +863,7 @@ func (e *Engine) recovering(ctx context.Context, d *Drill, t *Target) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	now = e.clock.Now()
+	now := e.clock.Now()
 	t.Polls++
 	if err == nil {
 		t.LastError = ""

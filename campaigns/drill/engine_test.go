@@ -493,3 +493,29 @@ func TestOperatorAbort(t *testing.T) {
 	}
 
 }
+
+// A node another kind of campaign holds (kit.Busy) is refused like one in
+// a running drill, naming the holder.
+func TestNodeHeldByAnotherCampaignRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 4, "gpu-002")
+	busy := &kit.Busy{}
+	busy.Register("burnin", func(context.Context) (map[string]string, error) {
+		return map[string]string{"gpu-002": "burnin b-1"}, nil
+	})
+	e, err := New(context.Background(), kit.Deps{DB: h.db, Fleet: h.fleet, Drainer: h.fleet.drain, Clock: h.fleet.clock, Busy: busy}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Start(context.Background(), h.spec(xidDrill)); !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "burnin b-1") {
+		t.Fatalf("drill on a node a burn-in holds: %v", err)
+	}
+	if n := h.fleet.actionCount("gpu-002", "xid-inject"); n != 0 {
+		t.Fatalf("injected %d times on a held node", n)
+	}
+	// Its own running drills are what it registers for the others.
+	held, err := busy.Held(context.Background())
+	if err != nil || len(held) != 1 {
+		t.Fatalf("held %v, %v: a refused drill holds nothing", held, err)
+	}
+}

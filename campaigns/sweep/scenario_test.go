@@ -572,3 +572,34 @@ func TestSweepIgnoreLeaves(t *testing.T) {
 		t.Fatal("leaf-blind pairing made no same-leaf pair in 31 random pairs over 4 leaves")
 	}
 }
+
+// A node another campaign holds (kit.Busy) is left out of the sweep with
+// the holder named, and a running sweep holds its nodes for the others.
+func TestSweepSkipsNodesOtherCampaignsHold(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, simfleet.Config{Nodes: 8, Seed: 2}, nil)
+	busy := &kit.Busy{}
+	busy.Register("burnin", func(context.Context) (map[string]string, error) {
+		return map[string]string{"gpu-0003": "burnin b-1"}, nil
+	})
+	ctx := context.Background()
+	e, err := New(ctx, kit.Deps{Fleet: h.calls, Clock: h.fleet.Clock(), Busy: busy}, Options{Store: h.store, Baselines: referenceSource(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.Start(ctx, Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(rec.Skipped, Skip{Node: "gpu-0003", Reason: "held by burnin b-1"}) {
+		t.Errorf("skipped %+v, want gpu-0003 held by burnin b-1", rec.Skipped)
+	}
+	for _, n := range rec.Nodes {
+		if n.Name == "gpu-0003" {
+			t.Error("the held node was selected")
+		}
+	}
+	if who, ok := busy.Holding(ctx, rec.Nodes[0].Name); !ok || who != "sweep "+rec.ID {
+		t.Errorf("%s held by %q (%v), want the running sweep", rec.Nodes[0].Name, who, ok)
+	}
+}

@@ -61,7 +61,7 @@ func (s Schema) Migrate(ctx context.Context, db *sqldb.DB, now time.Time) error 
 		case have == s.Version():
 			return nil
 		case have == 0:
-			have = s.Version() // a new database: Current is the whole story
+			// A new database: Current is the whole story.
 		default:
 			for i := have - 1; i < len(s.Steps); i++ {
 				if err := s.Steps[i].Up(ctx, tx); err != nil {
@@ -220,6 +220,9 @@ func columns(ctx context.Context, tx *sqldb.Tx, table string) (map[string]bool, 
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil {
+		return nil, fmt.Errorf("columns of %s: %w", table, err)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("columns of %s: %w", table, err)
 	}
 	out := map[string]bool{}
