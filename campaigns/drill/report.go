@@ -283,7 +283,15 @@ func fmtSecs(v *float64) string {
 // WriteTable prints the report for `drill report -o table`.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DRILL\tFAULT\tNODE\tSTATE\tSTARTED\tDETECTED BY\tTTD\tCHECK INTERVAL\tOUT OF SERVICE\tTTR\tFINDINGS")
+	// The first failed write is the answer (a table cut short is not
+	// printed); a tabwriter may report it on any write, not only at Flush.
+	var werr error
+	printf := func(format string, a ...any) {
+		if werr == nil {
+			_, werr = fmt.Fprintf(tw, format, a...)
+		}
+	}
+	printf("DRILL\tFAULT\tNODE\tSTATE\tSTARTED\tDETECTED BY\tTTD\tCHECK INTERVAL\tOUT OF SERVICE\tTTR\tFINDINGS\n")
 	for _, row := range r.Rows {
 		by := row.DetectedBy
 		if by == "" {
@@ -291,22 +299,25 @@ func (r *Report) WriteTable(w io.Writer) error {
 		} else if !row.ExpectedDetected {
 			by += " (expected " + row.Expected + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Drill, row.Fault, row.Node, row.State,
+		printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", row.Drill, row.Fault, row.Node, row.State,
 			row.StartedAt.UTC().Format("2006-01-02 15:04"), by, fmtSecs(row.TTDSeconds), orText(row.CheckInterval, "-"), fmtSecs(row.OutOfServiceSeconds),
 			fmtSecs(row.TTRSeconds), orText(strings.Join(row.Findings, ","), "-"))
 	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "FAULT\tPERIOD\tNODES\tDETECTED\tGAPS\tRECOVERED\tABORTED\tMTTD\tMTTR\tMAX TTD\tMAX TTR")
+	printf("\n")
+	printf("FAULT\tPERIOD\tNODES\tDETECTED\tGAPS\tRECOVERED\tABORTED\tMTTD\tMTTR\tMAX TTD\tMAX TTR\n")
 	for _, s := range append(append([]Stats{}, r.ByFault...), r.Trend...) {
 		period := "all"
 		if !s.Period.IsZero() {
 			period = s.Period.UTC().Format("2006-01-02")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Fault, period, s.Targets, s.Detected, s.Gaps,
+		printf("%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Fault, period, s.Targets, s.Detected, s.Gaps,
 			s.Recovered, s.Aborted, fmtSecs(s.MTTDSeconds), fmtSecs(s.MTTRSeconds), fmtSecs(s.MaxTTD), fmtSecs(s.MaxTTR))
 	}
 	if r.Refused > 0 {
-		fmt.Fprintf(tw, "\n%d of %d drills refused before touching a node\n", r.Refused, r.Drills)
+		printf("\n%d of %d drills refused before touching a node\n", r.Refused, r.Drills)
+	}
+	if werr != nil {
+		return werr
 	}
 	return tw.Flush()
 }

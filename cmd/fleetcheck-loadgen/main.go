@@ -104,15 +104,19 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// table collects the summary rows.
+// table collects the summary rows; err is the first failed write (the
+// run fails with it: a summary missing rows is not a result).
 type table struct {
 	label string
 	w     io.Writer
+	err   error
 }
 
 // row prints one markdown row; ok is "ok", "MISSED" or "" (no target).
-func (t table) row(figure, value, target, ok string) {
-	fmt.Fprintf(t.w, "| %s | %s | %s | %s | %s |\n", t.label, figure, value, target, ok)
+func (t *table) row(figure, value, target, ok string) {
+	if t.err == nil {
+		_, t.err = fmt.Fprintf(t.w, "| %s | %s | %s | %s | %s |\n", t.label, figure, value, target, ok)
+	}
 }
 
 func verdict(met bool) string {
@@ -127,7 +131,7 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	if o.label == "" {
 		o.label = fmt.Sprintf("%d agents", o.agents)
 	}
-	tab := table{label: o.label, w: out}
+	tab := &table{label: o.label, w: out}
 	if lim, err := loadgen.RaiseFileLimit(); err != nil {
 		log.Warn().Err(err).Msg("open file limit")
 	} else {
@@ -352,6 +356,9 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 	}
 	log.Info().Int64("sent", c.Sent).Int64("acked", c.Acked).Int64("duplicates", c.Duplicates).
 		Int64("check_results", c.CheckResults).Msg("done")
+	if tab.err != nil {
+		return fmt.Errorf("summary: %w", tab.err)
+	}
 	return nil
 }
 

@@ -71,7 +71,7 @@ func printDoc[T any](w io.Writer, f *opFlags, body []byte, table func(io.Writer,
 		}
 		buf.WriteByte('\n')
 		_, err := w.Write(buf.Bytes())
-		return err
+		return wrote(err)
 	}
 	var v T
 	if err := json.Unmarshal(body, &v); err != nil {
@@ -81,7 +81,7 @@ func printDoc[T any](w io.Writer, f *opFlags, body []byte, table func(io.Writer,
 	if err := table(tw, v); err != nil {
 		return err
 	}
-	return tw.Flush()
+	return wrote(tw.Flush())
 }
 
 // printReply prints a typed answer as the engine's value v: its JSON
@@ -97,13 +97,13 @@ func printReply[T any](w io.Writer, f *opFlags, legacy []byte, v T, table func(i
 			return fmt.Errorf("encode: %w", err)
 		}
 		_, err = w.Write(append(b, '\n'))
-		return err
+		return wrote(err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if err := table(tw, v); err != nil {
 		return err
 	}
-	return tw.Flush()
+	return wrote(tw.Flush())
 }
 
 // badReply is an answer the CLI cannot turn back into the engine's value.
@@ -186,12 +186,13 @@ func (k *baselineKeyFlags) pb() *pb.BaselineKey {
 }
 
 func baselineTable(w io.Writer, bs []baselines.Baseline) error {
-	fmt.Fprintln(w, "METRIC\tSCOPE\tSTACK\tVALUE\tDIR\tSAMPLES\tVERSION\tTAKEN\tWHO\tFROM")
+	pr := newPrinter(w)
+	pr.println("METRIC\tSCOPE\tSTACK\tVALUE\tDIR\tSAMPLES\tVERSION\tTAKEN\tWHO\tFROM")
 	for _, b := range bs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%.4g\t%s\t%d\t%d\t%s\t%s\t%s\n", b.Metric, b.Scope, orDash(b.Stack.String()),
+		pr.printf("%s\t%s\t%s\t%.4g\t%s\t%d\t%d\t%s\t%s\t%s\n", b.Metric, b.Scope, orDash(b.Stack.String()),
 			b.Value, b.Direction, b.Samples.Count, b.Version, shortTime(b.TakenAt), orDash(b.Who), orDash(b.FromRun))
 	}
-	return nil
+	return pr.err
 }
 
 func newBaselineCmd() *cobra.Command {
@@ -237,15 +238,16 @@ func newBaselineRecordCmd() *cobra.Command {
 					return err
 				}
 				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.BaselineRecordFrom(rep), func(w io.Writer, r baselines.RecordReport) error {
+					pr := newPrinter(w)
 					if err := baselineTable(w, r.Recorded); err != nil {
 						return err
 					}
 					// Nodes left out say so, and why: a fleet-wide record
 					// that silently covers half the fleet is a trap.
 					for _, sk := range r.Skipped {
-						fmt.Fprintf(w, "skipped %s: %s\n", sk.Node, sk.Reason)
+						pr.printf("skipped %s: %s\n", sk.Node, sk.Reason)
 					}
-					return nil
+					return pr.err
 				})
 			})
 		},
@@ -361,7 +363,7 @@ func newBaselineExportCmd() *cobra.Command {
 				}
 				if outTo == "" || outTo == "-" {
 					_, err = cmd.OutOrStdout().Write(doc.GetBody())
-					return err
+					return wrote(err)
 				}
 				return os.WriteFile(outTo, doc.GetBody(), 0o644)
 			})
@@ -390,8 +392,9 @@ func newBaselineImportCmd() *cobra.Command {
 					return err
 				}
 				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.BaselineImportFrom(rep), func(w io.Writer, r baselines.ImportResult) error {
-					fmt.Fprintf(w, "added %d, unchanged %d\n", r.Added, r.Unchanged)
-					return nil
+					pr := newPrinter(w)
+					pr.printf("added %d, unchanged %d\n", r.Added, r.Unchanged)
+					return pr.err
 				})
 			})
 		},
@@ -412,17 +415,18 @@ func newSweepCmd() *cobra.Command {
 					return err
 				}
 				return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), campaignpb.SweepStatusFrom(rep), func(w io.Writer, p sweep.Progress) error {
-					fmt.Fprintln(w, "ID\tSTATE\tPHASE\tROUND\tWAVE\tSINGLES\tPAIRS\tNODES")
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", p.ID, p.State, orDash(string(p.Phase)), p.Round,
+					pr := newPrinter(w)
+					pr.println("ID\tSTATE\tPHASE\tROUND\tWAVE\tSINGLES\tPAIRS\tNODES")
+					pr.printf("%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", p.ID, p.State, orDash(string(p.Phase)), p.Round,
 						progressBar(cmd.OutOrStdout(), p.WaveDone, p.WaveTotal), progressBar(cmd.OutOrStdout(), p.Singles, p.SinglesAll),
 						progressBar(cmd.OutOrStdout(), p.Pairs, p.PairsAll), p.Nodes)
 					if p.Incomplete != "" {
-						fmt.Fprintf(w, "incomplete: %s\n", p.Incomplete)
+						pr.printf("incomplete: %s\n", p.Incomplete)
 					}
 					if p.Waiting != "" {
-						fmt.Fprintf(w, "waiting: %s\n", p.Waiting)
+						pr.printf("waiting: %s\n", p.Waiting)
 					}
-					return nil
+					return pr.err
 				})
 			})
 		}),
@@ -440,18 +444,19 @@ func newSweepCmd() *cobra.Command {
 }
 
 func sweepReportTable(w io.Writer, r sweep.Report) error {
-	fmt.Fprintf(w, "sweep %s: %s, %d nodes tested, %d passed, %d all_reduce runs, took %s\n", r.ID, r.State, r.Tested,
+	pr := newPrinter(w)
+	pr.printf("sweep %s: %s, %d nodes tested, %d passed, %d all_reduce runs, took %s\n", r.ID, r.State, r.Tested,
 		len(r.Passed), r.AllReduceRuns, config.FormatDuration(time.Duration(r.DurationS*float64(time.Second)).Round(time.Second)))
 	if r.Error != "" {
-		fmt.Fprintf(w, "error: %s\n", r.Error)
+		pr.printf("error: %s\n", r.Error)
 	}
 	if r.Incomplete != "" {
-		fmt.Fprintf(w, "incomplete: %s\n", r.Incomplete)
+		pr.printf("incomplete: %s\n", r.Incomplete)
 	}
 	if len(r.Verdicts) == 0 {
-		fmt.Fprintln(w, "no slow node, pair or link")
+		pr.println("no slow node, pair or link")
 	} else {
-		fmt.Fprintln(w, "SUBJECT\tKIND\tVERDICT\tDEVIATION\tDRAIN\tREASON")
+		pr.println("SUBJECT\tKIND\tVERDICT\tDEVIATION\tDRAIN\tREASON")
 		for _, v := range r.Verdicts {
 			dev := "-"
 			if v.Deviation > 0 {
@@ -461,16 +466,16 @@ func sweepReportTable(w io.Writer, r sweep.Report) error {
 			if v.Drain != nil {
 				drained = string(*v.Drain)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Subject, orDash(v.SubjectKind), v.Verdict, dev, drained, orDash(v.Reason))
+			pr.printf("%s\t%s\t%s\t%s\t%s\t%s\n", v.Subject, orDash(v.SubjectKind), v.Verdict, dev, drained, orDash(v.Reason))
 		}
 	}
 	if len(r.Skipped) > 0 {
-		fmt.Fprintln(w, "SKIPPED\tREASON")
+		pr.println("SKIPPED\tREASON")
 		for _, s := range r.Skipped {
-			fmt.Fprintf(w, "%s\t%s\n", s.Node, orDash(s.Reason))
+			pr.printf("%s\t%s\n", s.Node, orDash(s.Reason))
 		}
 	}
-	return nil
+	return pr.err
 }
 
 func newSweepStartCmd() *cobra.Command {
@@ -523,7 +528,7 @@ func printStarted(w io.Writer, f *opFlags, what string, st *pb.CampaignStarted) 
 		return printDoc[json.RawMessage](w, f, st.GetDocument(), nil)
 	}
 	_, err := fmt.Fprintf(w, "%s %s started\n", what, st.GetId())
-	return err
+	return wrote(err)
 }
 
 func newSweepListCmd() *cobra.Command {
@@ -537,16 +542,17 @@ func newSweepListCmd() *cobra.Command {
 					return err
 				}
 				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.SweepListFrom(rep), func(w io.Writer, l []sweep.Summary) error {
-					fmt.Fprintln(w, "ID\tSTATE\tPHASE\tSELECTOR\tNODES\tCREATED\tVERDICTS")
+					pr := newPrinter(w)
+					pr.println("ID\tSTATE\tPHASE\tSELECTOR\tNODES\tCREATED\tVERDICTS")
 					for _, s := range l {
 						state := string(s.State)
 						if s.Incomplete != "" {
 							state += " (incomplete)"
 						}
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, state, orDash(string(s.Phase)), orDash(s.Selector),
+						pr.printf("%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, state, orDash(string(s.Phase)), orDash(s.Selector),
 							s.Nodes, shortTime(s.Created), countsLine(s.Counts))
 					}
-					return nil
+					return pr.err
 				})
 			})
 		},
@@ -596,7 +602,9 @@ func newRolloutCmd() *cobra.Command {
 				}
 				return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), st, func(w io.Writer, s rollout.Status) error {
 					if a.verb == "rollback" {
-						rollbackLine(w, s)
+						if err := rollbackLine(w, s); err != nil {
+							return err
+						}
 					}
 					return rolloutStatusTable(w, cmd.OutOrStdout(), s)
 				})
@@ -610,7 +618,8 @@ func newRolloutCmd() *cobra.Command {
 
 // rollbackLine says what a rollback took on: each upgraded node and the
 // driver it goes back to.
-func rollbackLine(w io.Writer, s rollout.Status) {
+func rollbackLine(w io.Writer, s rollout.Status) error {
+	pr := newPrinter(w)
 	var back []string
 	for _, n := range s.Nodes {
 		if n.Op == "rollback" {
@@ -618,49 +627,52 @@ func rollbackLine(w io.Writer, s rollout.Status) {
 		}
 	}
 	if len(back) == 0 {
-		fmt.Fprintf(w, "rollout %s: no upgraded node to roll back\n", s.ID)
-		return
+		pr.printf("rollout %s: no upgraded node to roll back\n", s.ID)
+		return pr.err
 	}
-	fmt.Fprintf(w, "rollout %s: rolling back %d nodes: %s\n", s.ID, len(back), strings.Join(back, ", "))
+	pr.printf("rollout %s: rolling back %d nodes: %s\n", s.ID, len(back), strings.Join(back, ", "))
+	return pr.err
 }
 
 func rolloutStatusTable(w, term io.Writer, s rollout.Status) error {
+	pr := newPrinter(w)
 	// Settled nodes: a rollback turns done nodes back into pending ones
 	// that end rolled-back (or failed), so those count too.
 	done := s.Counts[rollout.Done] + s.Counts[rollout.Failed] + s.Counts[rollout.Skipped] + s.Counts[rollout.RolledBack]
-	fmt.Fprintf(w, "rollout %s (%s) to driver %s: %s%s, wave %d, %s, unavailable %d/%s\n", s.ID, orDash(s.Name), s.Driver,
+	pr.printf("rollout %s (%s) to driver %s: %s%s, wave %d, %s, unavailable %d/%s\n", s.ID, orDash(s.Name), s.Driver,
 		s.Phase, map[bool]string{true: " (paused: " + s.PauseReason + ")", false: ""}[s.Paused], s.Wave,
 		progressBar(term, done, len(s.Nodes)), s.Unavailable, s.MaxUnavailable)
 	if s.HaltReason != "" {
-		fmt.Fprintf(w, "halted: %s\n", s.HaltReason)
+		pr.printf("halted: %s\n", s.HaltReason)
 	}
 	if s.Blocked != "" {
-		fmt.Fprintf(w, "blocked: %s\n", s.Blocked)
+		pr.printf("blocked: %s\n", s.Blocked)
 	}
 	if s.Incomplete != "" {
-		fmt.Fprintf(w, "incomplete: %s\n", s.Incomplete)
+		pr.printf("incomplete: %s\n", s.Incomplete)
 	}
-	fmt.Fprintln(w, "WAVE\tNAME\tSTATE\tSIZE\tBUDGET\tDONE\tFAILED\tSKIPPED\tACTIVE\tPENDING")
+	pr.println("WAVE\tNAME\tSTATE\tSIZE\tBUDGET\tDONE\tFAILED\tSKIPPED\tACTIVE\tPENDING")
 	for _, wv := range s.Waves {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", wv.Index, wv.Name, wv.State, wv.Size, wv.Budget, wv.Done, wv.Failed, wv.Skipped, wv.Active, wv.Pending)
+		pr.printf("%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", wv.Index, wv.Name, wv.State, wv.Size, wv.Budget, wv.Done, wv.Failed, wv.Skipped, wv.Active, wv.Pending)
 	}
-	fmt.Fprintln(w, "NODE\tWAVE\tSTATE\tOP\tFROM\tSINCE\tREASON")
+	pr.println("NODE\tWAVE\tSTATE\tOP\tFROM\tSINCE\tREASON")
 	for _, n := range s.Nodes {
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Wave, n.State, orDash(n.Op), orDash(n.FromDriver),
+		pr.printf("%s\t%d\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Wave, n.State, orDash(n.Op), orDash(n.FromDriver),
 			shortTime(n.Since), orDash(firstNonEmpty(n.Reason, n.Waiting, n.LastError, n.Hold)))
 	}
 	return excludedTable(w, s.Excluded)
 }
 
 func excludedTable(w io.Writer, ex []rollout.Exclusion) error {
+	pr := newPrinter(w)
 	if len(ex) == 0 {
-		return nil
+		return pr.err
 	}
-	fmt.Fprintln(w, "EXCLUDED\tKIND\tREASON")
+	pr.println("EXCLUDED\tKIND\tREASON")
 	for _, e := range ex {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", e.Node, e.Kind, e.Reason)
+		pr.printf("%s\t%s\t%s\n", e.Node, e.Kind, e.Reason)
 	}
-	return nil
+	return pr.err
 }
 
 func firstNonEmpty(ss ...string) string {
@@ -721,14 +733,15 @@ func newRolloutSpecCmd(plan bool) *cobra.Command {
 }
 
 func rolloutPlanTable(w io.Writer, p rollout.PlanResult) error {
-	fmt.Fprintf(w, "%d selected of %d, %d excluded, at most %d unavailable at once\n", p.Selected, p.FleetSize, len(p.Excluded), p.MaxUnavailable)
-	fmt.Fprintln(w, "WAVE\tNAME\tBUDGET\tNODES")
+	pr := newPrinter(w)
+	pr.printf("%d selected of %d, %d excluded, at most %d unavailable at once\n", p.Selected, p.FleetSize, len(p.Excluded), p.MaxUnavailable)
+	pr.println("WAVE\tNAME\tBUDGET\tNODES")
 	for _, wv := range p.Waves {
 		names := make([]string, 0, len(wv.Nodes))
 		for _, n := range wv.Nodes {
 			names = append(names, n.Name)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%d\t%s\n", wv.Index, wv.Name, wv.Budget, strings.Join(names, ","))
+		pr.printf("%d\t%s\t%d\t%s\n", wv.Index, wv.Name, wv.Budget, strings.Join(names, ","))
 	}
 	// Nodes planned while their agent was away: in their wave, waited for.
 	header := false
@@ -738,10 +751,10 @@ func rolloutPlanTable(w io.Writer, p rollout.PlanResult) error {
 				continue
 			}
 			if !header {
-				fmt.Fprintln(w, "DISCONNECTED\tWAVE\tNOTE")
+				pr.println("DISCONNECTED\tWAVE\tNOTE")
 				header = true
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, wv.Name, n.Note)
+			pr.printf("%s\t%s\t%s\n", n.Name, wv.Name, n.Note)
 		}
 	}
 	return excludedTable(w, p.Excluded)
@@ -758,16 +771,17 @@ func newRolloutListCmd() *cobra.Command {
 					return err
 				}
 				return printReply(cmd.OutOrStdout(), &f, rep.GetDocument(), campaignpb.RolloutListFrom(rep), func(w io.Writer, l []rollout.Summary) error {
-					fmt.Fprintln(w, "ID\tNAME\tDRIVER\tPHASE\tWAVE\tNODES\tCREATED\tSTATES")
+					pr := newPrinter(w)
+					pr.println("ID\tNAME\tDRIVER\tPHASE\tWAVE\tNODES\tCREATED\tSTATES")
 					for _, s := range l {
 						phase := string(s.Phase)
 						if s.Paused {
 							phase += " (paused)"
 						}
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", s.ID, orDash(s.Name), s.Driver, phase, s.Wave, s.Waves,
+						pr.printf("%s\t%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", s.ID, orDash(s.Name), s.Driver, phase, s.Wave, s.Waves,
 							s.Nodes, shortTime(s.Created), countsLine(s.Counts))
 					}
-					return nil
+					return pr.err
 				})
 			})
 		},
@@ -780,31 +794,33 @@ func newRolloutListCmd() *cobra.Command {
 
 func burninStatusTable(term io.Writer) func(io.Writer, []burnin.CampaignStatus) error {
 	return func(w io.Writer, l []burnin.CampaignStatus) error {
-		fmt.Fprintln(w, "ID\tNAME\tSTATE\tPHASE\tLEVEL\tNODES\tACCEPTED\tREJECTED\tRUNS\tCREATED")
+		pr := newPrinter(w)
+		pr.println("ID\tNAME\tSTATE\tPHASE\tLEVEL\tNODES\tACCEPTED\tREJECTED\tRUNS\tCREATED")
 		for _, s := range l {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, orDash(s.Name), s.State, s.Phase, s.Level, s.Nodes,
+			pr.printf("%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", s.ID, orDash(s.Name), s.State, s.Phase, s.Level, s.Nodes,
 				s.Accepted, s.Rejected, progressBar(term, s.RunsDone, s.RunsTotal), shortTime(s.CreatedAt))
 		}
-		return nil
+		return pr.err
 	}
 }
 
 // burninNodesTable is one line per node: the step it runs (or how far
 // it got), where it is, and why it waits or was rejected.
 func burninNodesTable(w io.Writer, s burnin.CampaignStatus) error {
+	pr := newPrinter(w)
 	if len(s.NodeStates) == 0 {
-		return nil
+		return pr.err
 	}
-	fmt.Fprintln(w, "NODE\tSTEP\tSTATE\tVERDICT\tREASON")
+	pr.println("NODE\tSTEP\tSTATE\tVERDICT\tREASON")
 	for _, n := range s.NodeStates {
 		step := n.Step
 		if step == "" && n.Steps > 0 {
 			step = fmt.Sprintf("%d/%d steps", n.StepsDone, n.Steps)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(step), n.State, orDash(string(n.Verdict)),
+		pr.printf("%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(step), n.State, orDash(string(n.Verdict)),
 			orDash(firstNonEmpty(n.Reason, n.Waiting)))
 	}
-	return nil
+	return pr.err
 }
 
 func newBurninCmd() *cobra.Command {
@@ -872,7 +888,7 @@ func newBurninReportCmd() *cobra.Command {
 			}
 			if format == "html" {
 				_, err = w.Write(doc.GetBody())
-				return err
+				return wrote(err)
 			}
 			return printDoc(w, f, doc.GetBody(), func(w io.Writer, r burnin.Report) error {
 				return burninReportTable(w, cmd.OutOrStdout(), r)
@@ -886,15 +902,16 @@ func newBurninReportCmd() *cobra.Command {
 // burninReportTable is the campaign's line, then each node's verdict and
 // why it was rejected.
 func burninReportTable(w, term io.Writer, r burnin.Report) error {
+	pr := newPrinter(w)
 	if err := burninStatusTable(term)(w, []burnin.CampaignStatus{r.Campaign}); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "NODE\tSKU\tSTATE\tVERDICT\tREASON")
+	pr.println("NODE\tSKU\tSTATE\tVERDICT\tREASON")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(n.SKU), n.State, orDash(string(n.Verdict)),
+		pr.printf("%s\t%s\t%s\t%s\t%s\n", n.Node, orDash(n.SKU), n.State, orDash(string(n.Verdict)),
 			orDash(firstNonEmpty(n.Reason, n.Note)))
 	}
-	return nil
+	return pr.err
 }
 
 // specStartCmd is `VERB start -f SPEC`.
@@ -950,7 +967,7 @@ func newCancelCmd(verb, short string, call func(context.Context, pb.CampaignServ
 				return printReply[any](cmd.OutOrStdout(), f, legacy, st, nil)
 			}
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s requested\n", id, verb)
-			return err
+			return wrote(err)
 		})
 	})
 	cmd.Flags().StringVar(&reason, "reason", "", "why (kept with the campaign and the audit log)")
@@ -960,16 +977,17 @@ func newCancelCmd(verb, short string, call func(context.Context, pb.CampaignServ
 // ---------------------------------------------------------------- drill
 
 func drillTable(w io.Writer, l []drill.Drill) error {
-	fmt.Fprintln(w, "ID\tNAME\tFAULT\tSTATE\tTARGETS\tCREATED\tREASON")
+	pr := newPrinter(w)
+	pr.println("ID\tNAME\tFAULT\tSTATE\tTARGETS\tCREATED\tREASON")
 	for _, d := range l {
 		states := map[drill.TargetState]int{}
 		for _, t := range d.Targets {
 			states[t.State]++
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, orDash(d.Name), d.Fault, d.State, countsLine(states),
+		pr.printf("%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, orDash(d.Name), d.Fault, d.State, countsLine(states),
 			shortTime(d.CreatedAt), orDash(d.Reason))
 	}
-	return nil
+	return pr.err
 }
 
 func newDrillCmd() *cobra.Command {
@@ -989,14 +1007,15 @@ func newDrillCmd() *cobra.Command {
 					return badReply(err)
 				}
 				return printReply(cmd.OutOrStdout(), f, rep.GetDocument(), d, func(w io.Writer, d drill.Drill) error {
+					pr := newPrinter(w)
 					if err := drillTable(w, []drill.Drill{d}); err != nil {
 						return err
 					}
-					fmt.Fprintln(w, "NODE\tSTATE\tINJECTED\tDETECTED\tBY")
+					pr.println("NODE\tSTATE\tINJECTED\tDETECTED\tBY")
 					for _, t := range d.Targets {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.Node, t.State, shortTime(t.InjectedAt), shortTime(t.DetectedAt), orDash(t.DetectedBy))
+						pr.printf("%s\t%s\t%s\t%s\t%s\n", t.Node, t.State, shortTime(t.InjectedAt), shortTime(t.DetectedAt), orDash(t.DetectedBy))
 					}
-					return nil
+					return pr.err
 				})
 			})
 		}),

@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -56,10 +55,11 @@ func newCertsInitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s: CA for trust domain %s, valid until %s\n",
+			pr := newPrinter(cmd.OutOrStdout())
+			pr.printf("wrote %s and %s: CA for trust domain %s, valid until %s\n",
 				certFile, keyFile, td, ca.Cert.NotAfter.UTC().Format(time.RFC3339))
-			fmt.Fprintf(cmd.OutOrStdout(), "keep %s secret: whoever holds it can issue any identity\n", keyFile)
-			return nil
+			pr.printf("keep %s secret: whoever holds it can issue any identity\n", keyFile)
+			return pr.err
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "directory for ca.crt and ca.key (created 0700)")
@@ -129,10 +129,10 @@ func newCertsIssueKindCmd(kind pki.Kind) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "wrote %s, %s (mode 0600) and %s\n", certFile, keyFile, caFile)
-			fmt.Fprintf(w, "identity %s, valid until %s\n", leaf.Identity, leaf.Cert.NotAfter.UTC().Format(time.RFC3339))
-			return nil
+			pr := newPrinter(cmd.OutOrStdout())
+			pr.printf("wrote %s, %s (mode 0600) and %s\n", certFile, keyFile, caFile)
+			pr.printf("identity %s, valid until %s\n", leaf.Identity, leaf.Cert.NotAfter.UTC().Format(time.RFC3339))
+			return pr.err
 		},
 	}
 	cmd.Short = map[pki.Kind]string{
@@ -165,19 +165,20 @@ func newCertsShowCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
+			pr := newPrinter(cmd.OutOrStdout())
 			for i, c := range certs {
 				if i > 0 {
-					fmt.Fprintln(cmd.OutOrStdout())
+					pr.println()
 				}
-				writeCertSummary(cmd.OutOrStdout(), c, time.Now())
+				writeCertSummary(pr, c, time.Now())
 			}
-			return nil
+			return pr.err
 		},
 	}
 }
 
-func writeCertSummary(w io.Writer, c *x509.Certificate, now time.Time) {
-	line := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k+":", v) }
+func writeCertSummary(pr *printer, c *x509.Certificate, now time.Time) {
+	line := func(k, v string) { pr.printf("%-12s %s\n", k+":", v) }
 	if c.IsCA {
 		if td, err := pki.CATrustDomain(c); err == nil {
 			line("identity", "CA of trust domain "+td)

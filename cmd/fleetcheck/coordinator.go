@@ -169,9 +169,9 @@ func backupDone(cmd *cobra.Command, src, dest string, start time.Time) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "backup of %s written to %s (%d bytes, %s)\n",
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "backup of %s written to %s (%d bytes, %s)\n",
 		src, dest, fi.Size(), time.Since(start).Round(time.Millisecond))
-	return nil
+	return wrote(err)
 }
 
 // reloadOnHUP rereads the console's token file on each SIGHUP (the

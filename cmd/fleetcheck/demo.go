@@ -80,7 +80,9 @@ scenario, then every campaign.`,
 				}
 				res = r
 				if output == "table" {
-					fmt.Fprintln(cmd.OutOrStdout())
+					if _, err := fmt.Fprintln(cmd.OutOrStdout()); err != nil {
+						return err
+					}
 					if err := demo.WriteTable(cmd.OutOrStdout(), res); err != nil {
 						return err
 					}

@@ -53,16 +53,17 @@ func newGossipMembersCmd() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
 			if !resp.GetEnabled() {
-				fmt.Fprintln(cmd.OutOrStdout(), "gossip is off on the coordinator (no gossip.bind in its config)")
-				return nil
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), "gossip is off on the coordinator (no gossip.bind in its config)")
+				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tROLE\tADDR\tVERSION\tLABELS")
+			pr := newPrinter(tw)
+			pr.println("NAME\tSTATE\tROLE\tADDR\tVERSION\tLABELS")
 			for _, m := range resp.GetMembers() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.GetName(), m.GetState(), m.GetRole(), m.GetAddr(),
+				pr.printf("%s\t%s\t%s\t%s\t%s\t%s\n", m.GetName(), m.GetState(), m.GetRole(), m.GetAddr(),
 					orDash(m.GetAgentVersion()), labelList(m.GetLabels()))
 			}
-			return tw.Flush()
+			return pr.flush(tw)
 		},
 	}
 	f.register(cmd)
@@ -118,11 +119,12 @@ func newGossipKeysCmd() *cobra.Command {
 				if err := writeJSON(cmd.OutOrStdout(), resp); err != nil {
 					return err
 				}
-			} else {
-				printKeyRound(cmd, args[0], resp)
+			} else if err := printKeyRound(cmd, args[0], resp); err != nil {
+				return err
 			}
 			if resp.GetFailed() > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "fleetcheck: %s failed on %d node(s): fix them and repeat this round before the next\n", args[0], resp.GetFailed())
+				// On stderr, beside the exit status that already says so.
+				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "fleetcheck: %s failed on %d node(s): fix them and repeat this round before the next\n", args[0], resp.GetFailed())
 				return errChecksFailed
 			}
 			return nil
@@ -133,23 +135,24 @@ func newGossipKeysCmd() *cobra.Command {
 	return cmd
 }
 
-func printKeyRound(cmd *cobra.Command, verb string, resp *pb.GossipKeysResponse) {
-	out := cmd.OutOrStdout()
-	fmt.Fprintln(out, "coordinator keys (fingerprints, primary first):")
+func printKeyRound(cmd *cobra.Command, verb string, resp *pb.GossipKeysResponse) error {
+	pr := newPrinter(cmd.OutOrStdout())
+	pr.println("coordinator keys (fingerprints, primary first):")
 	for _, fp := range resp.GetKeyFingerprints() {
-		fmt.Fprintln(out, "  "+fp)
+		pr.println("  " + fp)
 	}
 	if verb == "list" {
-		return
+		return pr.err
 	}
-	fmt.Fprintf(out, "%s: applied on %d agent(s), failed on %d\n", verb, resp.GetApplied(), resp.GetFailed())
+	pr.printf("%s: applied on %d agent(s), failed on %d\n", verb, resp.GetApplied(), resp.GetFailed())
 	nodes := resp.GetNodes()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].GetNode() < nodes[j].GetNode() })
 	for _, n := range nodes {
 		if n.GetError() != "" {
-			fmt.Fprintf(out, "  %s: %s\n", n.GetNode(), n.GetError())
+			pr.printf("  %s: %s\n", n.GetNode(), n.GetError())
 		}
 	}
+	return pr.err
 }
 
 // readKey reads a base64 key from the argument or, for "-", stdin: a key
@@ -183,8 +186,8 @@ func newGossipKeygenCmd() *cobra.Command {
 			if _, err := rand.Read(key); err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), base64.StdEncoding.EncodeToString(key))
-			return nil
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), base64.StdEncoding.EncodeToString(key))
+			return err
 		},
 	}
 }

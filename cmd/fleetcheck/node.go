@@ -236,11 +236,12 @@ func newCollectCmd() *cobra.Command {
 					notes = append(notes, fmt.Sprintf("%s %s (%s)", src, st.State, st.Error))
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d files, %d bytes\n", abs, sum.Files, sum.Bytes)
+			pr := newPrinter(cmd.OutOrStdout())
+			pr.printf("wrote %s: %d files, %d bytes\n", abs, sum.Files, sum.Bytes)
 			for _, n := range notes {
-				fmt.Fprintf(cmd.OutOrStdout(), "  %s\n", n)
+				pr.printf("  %s\n", n)
 			}
-			return nil
+			return pr.err
 		},
 	}
 	cmd.Flags().BoolVar(&opts.AllReduce, "nccl", false, "also run all_reduce_perf (disruptive)")
@@ -256,14 +257,15 @@ func newChecksCmd() *cobra.Command {
 		Short: "List the checks fleetcheck knows",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			pr := newPrinter(cmd.OutOrStdout())
 			for _, c := range registry.All() {
 				kind := "passive"
 				if c.Disruptive() {
 					kind = "disruptive"
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%-16s %s\n", c.Name(), kind)
+				pr.printf("%-16s %s\n", c.Name(), kind)
 			}
-			return nil
+			return pr.err
 		},
 	}
 }

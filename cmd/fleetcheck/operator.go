@@ -126,6 +126,9 @@ func (f *opFlags) client() (pb.OperatorServiceClient, func(), error) {
 // connection that failed is looked at again (diagnose): a refused
 // certificate or plaintext against TLS is named as such.
 func (f *opFlags) rpcError(err error) error {
+	if errors.As(err, new(writeError)) {
+		return err
+	}
 	if st, ok := status.FromError(err); ok {
 		if st.Code() == codes.Unavailable {
 			if why := f.diagnose(context.Background()); why != "" {
@@ -149,10 +152,15 @@ func codeWords(code string) string {
 	return strings.ToLower(b.String())
 }
 
+// writeJSON prints v as an indented JSON document: all of it, or the
+// write's error (a document cut short is never a success).
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return wrote(err)
 }
 
 func fmtTime(ms int64) string {
@@ -251,16 +259,17 @@ func newNodesCmd() *cobra.Command {
 			}
 			now := time.Now()
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tSTATE\tGPUS\tDRIVER\tLAST-SEEN\tFAILING-CHECKS\tOUT-OF-SERVICE")
+			pr := newPrinter(tw)
+			pr.println("NODE\tSTATE\tGPUS\tDRIVER\tLAST-SEEN\tFAILING-CHECKS\tOUT-OF-SERVICE")
 			for _, n := range resp.Nodes {
 				oos := "-"
 				if outOfService(n.State) {
 					oos = orDash(n.StateReason) // who took it out, through what, and why
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, n.State, n.Gpus, orDash(n.DriverVersion),
+				pr.printf("%s\t%s\t%d\t%s\t%s\t%s\t%s\n", n.Name, n.State, n.Gpus, orDash(n.DriverVersion),
 					ago(n.LastSeenUnixMs, now), orDash(strings.Join(n.FailingChecks, ",")), oos)
 			}
-			return tw.Flush()
+			return pr.flush(tw)
 		},
 	}
 	f.register(cmd)
@@ -320,13 +329,14 @@ func newResultsCmd() *cobra.Command {
 				return writeJSON(out, map[string]any{"results": rows})
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "FINISHED\tCHECK\tSTATUS\tDURATION\tDETAIL\tRESULT")
+			pr := newPrinter(tw)
+			pr.println("FINISHED\tCHECK\tSTATUS\tDURATION\tDETAIL\tRESULT")
 			for _, r := range resp.Results {
 				ch := wire.CheckFromProto(r.Check)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fms\t%s\t%s\n", fmtTime(r.FinishedUnixMs), ch.Name, ch.Status,
+				pr.printf("%s\t%s\t%s\t%.1fms\t%s\t%s\n", fmtTime(r.FinishedUnixMs), ch.Name, ch.Status,
 					ch.DurationMS, orDash(resultDetail(ch)), r.ResultId)
 			}
-			return tw.Flush()
+			return pr.flush(tw)
 		},
 	}
 	f.register(cmd)
@@ -455,8 +465,11 @@ command could not run.`,
 
 // followProgress shows progress until the final message: on a terminal one
 // line rewritten in place, otherwise a plain line when the counts move (at
-// most one a second).
+// most one a second). The lines go to stderr, beside the outcomes on
+// stdout: a failed write there loses only the progress, so it is not the
+// command's error.
 func followProgress(stream grpc.ServerStreamingClient[pb.RunCheckProgress], w io.Writer) (*pb.RunCheckProgress, error) {
+	pr := newPrinter(w)
 	tty := false
 	if f, ok := w.(*os.File); ok {
 		tty = isatty.IsTerminal(f.Fd())
@@ -470,19 +483,19 @@ func followProgress(stream grpc.ServerStreamingClient[pb.RunCheckProgress], w io
 		}
 		if err != nil {
 			if tty && last != "" {
-				fmt.Fprintln(w)
+				pr.println()
 			}
 			return nil, err
 		}
 		line := progressLine(p)
 		switch {
 		case tty:
-			fmt.Fprintf(w, "\r%s\033[K", line)
+			pr.printf("\r%s\033[K", line)
 			if p.Final {
-				fmt.Fprintln(w)
+				pr.println()
 			}
 		case line != last && (p.Final || time.Since(lastAt) >= time.Second):
-			fmt.Fprintln(w, line)
+			pr.println(line)
 			lastAt = time.Now()
 		}
 		last = line
@@ -504,11 +517,12 @@ func writeOutcomes(w io.Writer, format string, p *pb.RunCheckProgress) error {
 		return writeJSON(w, res)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATUS\tREASON\tRESULT")
+	pr := newPrinter(tw)
+	pr.println("NODE\tSTATUS\tREASON\tRESULT")
 	for _, o := range outs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Node, o.Status, orDash(o.Reason), orDash(o.ResultId))
+		pr.printf("%s\t%s\t%s\t%s\n", o.Node, o.Status, orDash(o.Reason), orDash(o.ResultId))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := pr.flush(tw); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "work %s: %s\n", p.WorkId, progressLine(p))
@@ -566,11 +580,12 @@ replaced).`,
 				return writeJSON(out, map[string]any{"events": evs})
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tNODE\tKIND\tACTOR\tMESSAGE")
+			pr := newPrinter(tw)
+			pr.println("TIME\tNODE\tKIND\tACTOR\tMESSAGE")
 			for _, e := range resp.Events {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", fmtTime(e.UnixMs), orDash(e.Node), e.Kind, orDash(e.Actor), e.Message)
+				pr.printf("%s\t%s\t%s\t%s\t%s\n", fmtTime(e.UnixMs), orDash(e.Node), e.Kind, orDash(e.Actor), e.Message)
 			}
-			return tw.Flush()
+			return pr.flush(tw)
 		},
 	}
 	f.register(cmd)

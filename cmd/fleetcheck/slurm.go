@@ -89,7 +89,8 @@ func (s *slurmFlags) checksBudget() time.Duration { return s.deadline - 2*s.call
 func (s *slurmFlags) start(ctx context.Context, stderr io.Writer) (checksCtx context.Context, stop func()) {
 	checksCtx, cancel := context.WithTimeout(ctx, s.checksBudget())
 	dog := time.AfterFunc(s.deadline+watchdogSlack, func() {
-		fmt.Fprintf(stderr, "%s: --slurm: still running %s past the %s deadline; exiting\n", programName, watchdogSlack, s.deadline)
+		// Said on stderr for slurmd's log; the exit status says it too.
+		_, _ = fmt.Fprintf(stderr, "%s: --slurm: still running %s past the %s deadline; exiting\n", programName, watchdogSlack, s.deadline)
 		os.Exit(exitCommand)
 	})
 	return checksCtx, func() { cancel(); dog.Stop() }
@@ -104,11 +105,13 @@ func (s *slurmFlags) apply(ctx context.Context, stderr io.Writer, r *report.Repo
 	if err != nil {
 		return fmt.Errorf("--slurm: %w", err)
 	}
+	// A note for slurmd's log: the node's state is what was done, and a
+	// lost note on stderr is not a reason to fail the prolog.
 	switch out {
 	case slurm.Drained, slurm.StillDrained, slurm.Resumed, slurm.NotOurs:
-		fmt.Fprintf(stderr, "%s: slurm node %s: %s (reason %q)\n", programName, s.node, out, reason)
+		_, _ = fmt.Fprintf(stderr, "%s: slurm node %s: %s (reason %q)\n", programName, s.node, out, reason)
 	default:
-		fmt.Fprintf(stderr, "%s: slurm node %s: %s\n", programName, s.node, out)
+		_, _ = fmt.Fprintf(stderr, "%s: slurm node %s: %s\n", programName, s.node, out)
 	}
 	return nil
 }

@@ -43,7 +43,15 @@ func WriteTable(w io.Writer, r *Report) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
+	// The first failed write is the answer (a table cut short is not
+	// printed); a tabwriter may report it on any write, not only at Flush.
+	var werr error
+	printf := func(format string, a ...any) {
+		if werr == nil {
+			_, werr = fmt.Fprintf(tw, format, a...)
+		}
+	}
+	printf("CHECK\tSTATUS\tDETAIL\n")
 	for _, c := range r.Checks {
 		switch {
 		case len(c.Findings) > 0:
@@ -52,13 +60,16 @@ func WriteTable(w io.Writer, r *Report) error {
 				if i > 0 {
 					name, st = "", ""
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s %s: %s (%s: %s)\n", name, st, f.Component, f.Code, f.Message, f.Severity, f.Action)
+				printf("%s\t%s\t%s %s: %s (%s: %s)\n", name, st, f.Component, f.Code, f.Message, f.Severity, f.Action)
 			}
 		case c.Reason != "":
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Status, c.Reason)
+			printf("%s\t%s\t%s\n", c.Name, c.Status, c.Reason)
 		default:
-			fmt.Fprintf(tw, "%s\t%s\t\n", c.Name, c.Status)
+			printf("%s\t%s\t\n", c.Name, c.Status)
 		}
+	}
+	if werr != nil {
+		return werr
 	}
 	return tw.Flush()
 }
