@@ -33,13 +33,6 @@ func (p *printer) println(a ...any) {
 	}
 }
 
-func (p *printer) print(a ...any) {
-	if p.err == nil {
-		_, err := fmt.Fprint(p.w, a...)
-		p.err = wrote(err)
-	}
-}
-
 // writeError is a failed write of the command's own output: not the
 // coordinator's doing, so rpcError passes it on as it is.
 type writeError struct{ err error }

@@ -70,18 +70,6 @@ func countsFrom[K ~string](m map[string]int32) map[K]int {
 	return out
 }
 
-// strs converts a list of string-typed values.
-func strs[S ~string](in []S) []string {
-	if in == nil {
-		return nil
-	}
-	out := make([]string, len(in))
-	for i, s := range in {
-		out[i] = string(s)
-	}
-	return out
-}
-
 // conv converts each element; the result is never nil.
 func conv[A, B any](in []A, f func(A) B) []B {
 	out := make([]B, 0, len(in))
