@@ -153,7 +153,8 @@ func migrateStore(cmd *cobra.Command, from, to string, replace bool) error {
 		return fmt.Errorf("migrate %s to %s: %w (nothing was copied)", path, dt, err)
 	}
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "TABLE\tROWS\tCHECKSUM\tNOTE")
+	pr := newPrinter(w)
+	pr.println("TABLE\tROWS\tCHECKSUM\tNOTE")
 	var rows int64
 	for _, c := range copied {
 		note := "same rows on both sides"
@@ -161,12 +162,12 @@ func migrateStore(cmd *cobra.Command, from, to string, replace bool) error {
 			note += "; table created from the SQLite schema"
 		}
 		rows += c.TargetRows
-		fmt.Fprintf(w, "%s\t%d\t%016x\t%s\n", c.Table, c.TargetRows, c.TargetSum, note)
+		pr.printf("%s\t%d\t%016x\t%s\n", c.Table, c.TargetRows, c.TargetSum, note)
 	}
-	if err := w.Flush(); err != nil {
+	if err := pr.flush(w); err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "migrated %s to %s: %d tables, %d rows, in %s\nset store_url: %s in the coordinator's config\n",
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "migrated %s to %s: %d tables, %d rows, in %s\nset store_url: %s in the coordinator's config\n",
 		path, dt, len(copied), rows, time.Since(start).Round(time.Millisecond), dt)
-	return nil
+	return wrote(err)
 }
