@@ -47,44 +47,46 @@ type remediationList struct {
 }
 
 func remediationTable(w io.Writer, l remediationList) error {
-	fmt.Fprintf(w, "mode: %s\n", l.Mode)
-	fmt.Fprintln(w, "ID\tNODE\tCOMPONENT\tSTEP\tSTATE\tCREATED\tWHY")
+	pr := newPrinter(w)
+	pr.printf("mode: %s\n", l.Mode)
+	pr.println("ID\tNODE\tCOMPONENT\tSTEP\tSTATE\tCREATED\tWHY")
 	for _, r := range l.Remediations {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s (%d/%d)\t%s\t%s\t%s\n", r.ID, r.Node, r.Component, r.Step, r.Rung+1, len(r.Ladder), r.State, shortTime(r.CreatedAt), orDash(r.Trigger.Reason))
+		pr.printf("%s\t%s\t%s\t%s (%d/%d)\t%s\t%s\t%s\n", r.ID, r.Node, r.Component, r.Step, r.Rung+1, len(r.Ladder), r.State, shortTime(r.CreatedAt), orDash(r.Trigger.Reason))
 	}
 	if len(l.JobEvents) > 0 {
-		fmt.Fprintln(w, "\nJOB EVENT\tJOB\tXID\tNODES\tWHY")
+		pr.println("\nJOB EVENT\tJOB\tXID\tNODES\tWHY")
 		for _, j := range l.JobEvents {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\n", shortTime(j.At), orDash(j.Job), j.Xid, len(j.Nodes), j.Reason)
+			pr.printf("%s\t%s\t%d\t%d\t%s\n", shortTime(j.At), orDash(j.Job), j.Xid, len(j.Nodes), j.Reason)
 		}
 	}
 	if len(l.Flagged) > 0 {
-		fmt.Fprintln(w, "\nFLAGGED PORT\tSINCE\tLAST FLAP\tCLEARS")
+		pr.println("\nFLAGGED PORT\tSINCE\tLAST FLAP\tCLEARS")
 		for _, p := range l.Flagged {
-			fmt.Fprintf(w, "%s %s\t%s\t%s\t%s\n", p.Node, p.Component, shortTime(p.Since), shortTime(p.LastFlap), shortTime(p.Until))
+			pr.printf("%s %s\t%s\t%s\t%s\n", p.Node, p.Component, shortTime(p.Since), shortTime(p.LastFlap), shortTime(p.Until))
 		}
 	}
-	return nil
+	return pr.err
 }
 
 func remediationShow(w io.Writer, r remediation.Remediation) error {
-	fmt.Fprintf(w, "%s\t%s %s\n", r.ID, r.Node, r.Component)
-	fmt.Fprintf(w, "state\t%s\t%s\n", r.State, r.Reason)
-	fmt.Fprintf(w, "step\t%s\tladder %s\n", r.Step, strings.Join(r.Ladder, " -> "))
-	fmt.Fprintf(w, "cause\t%s\t%s\n", r.Trigger.Source, r.Trigger.Reason)
+	pr := newPrinter(w)
+	pr.printf("%s\t%s %s\n", r.ID, r.Node, r.Component)
+	pr.printf("state\t%s\t%s\n", r.State, r.Reason)
+	pr.printf("step\t%s\tladder %s\n", r.Step, strings.Join(r.Ladder, " -> "))
+	pr.printf("cause\t%s\t%s\n", r.Trigger.Source, r.Trigger.Reason)
 	if r.Recurs != "" {
-		fmt.Fprintf(w, "recurs after\t%s\t\n", r.Recurs)
+		pr.printf("recurs after\t%s\t\n", r.Recurs)
 	}
 	for _, x := range r.Would {
-		fmt.Fprintf(w, "would\t%s\t\n", x)
+		pr.printf("would\t%s\t\n", x)
 	}
 	if r.RMA != nil {
-		fmt.Fprintf(w, "rma\t%s\tsent %v, bundle %s\n", r.RMA.ID, r.RMA.Sent, r.RMA.Evidence.Bundle)
+		pr.printf("rma\t%s\tsent %v, bundle %s\n", r.RMA.ID, r.RMA.Sent, r.RMA.Evidence.Bundle)
 	}
 	for _, e := range r.Events {
-		fmt.Fprintf(w, "%s\t%s\t\n", shortTime(e.At), e.What)
+		pr.printf("%s\t%s\t\n", shortTime(e.At), e.What)
 	}
-	return nil
+	return pr.err
 }
 
 func newRemediationCmd() *cobra.Command {
