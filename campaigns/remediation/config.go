@@ -24,9 +24,12 @@ import (
 //	  maintenance: [{nodes: "rack=r7", from: 2026-06-01T00:00:00Z, until: 2026-06-02T00:00:00Z}]
 //	  rma: {webhook: https://tickets.example/hooks/rma, source: fleetcheck/dc1}
 //	  rules: {...}            # internal/escalate
+//
+// It is read from YAML only; its durations carry no JSON name because
+// encoding/json would write them as nanoseconds.
 type Config struct {
 	Mode        Mode          `yaml:"mode" json:"mode"`
-	RecurWindow time.Duration `yaml:"recur_window" json:"recur_window"`
+	RecurWindow time.Duration `yaml:"recur_window"`
 	// Actions maps a step (and "collect", the support bundle) to the
 	// agent's configured action name: the coordinator only names it.
 	Actions map[string]string `yaml:"actions" json:"actions"`
@@ -36,15 +39,15 @@ type Config struct {
 	VerifyChecks    []string      `yaml:"verify_checks" json:"verify_checks"`
 	VerifyAllReduce string        `yaml:"verify_allreduce" json:"verify_allreduce"`
 	Tolerance       float64       `yaml:"tolerance" json:"tolerance"`
-	ActionTimeout   time.Duration `yaml:"action_timeout" json:"action_timeout"`
+	ActionTimeout   time.Duration `yaml:"action_timeout"`
 	// Settle is how long after a reset the node is left before it is
 	// verified; a reboot waits RebootSettle, then up to VerifyTimeout for
 	// the agent to come back.
-	Settle        time.Duration `yaml:"settle" json:"settle"`
-	RebootSettle  time.Duration `yaml:"reboot_settle" json:"reboot_settle"`
-	VerifyTimeout time.Duration `yaml:"verify_timeout" json:"verify_timeout"`
+	Settle        time.Duration `yaml:"settle"`
+	RebootSettle  time.Duration `yaml:"reboot_settle"`
+	VerifyTimeout time.Duration `yaml:"verify_timeout"`
 	// HeldRetry is how long a drain the breaker refused waits to ask again.
-	HeldRetry   time.Duration `yaml:"held_retry" json:"held_retry"`
+	HeldRetry   time.Duration `yaml:"held_retry"`
 	OptOutLabel string        `yaml:"opt_out_label" json:"opt_out_label"`
 	Maintenance []Window      `yaml:"maintenance" json:"maintenance"`
 	RMA         RMAConfig     `yaml:"rma" json:"rma"`
@@ -70,8 +73,8 @@ type RMAConfig struct {
 	// Retries bounds the sends of one record; Backoff is the first wait,
 	// doubled each time.
 	Retries int           `yaml:"retries" json:"retries"`
-	Backoff time.Duration `yaml:"backoff" json:"backoff"`
-	Timeout time.Duration `yaml:"timeout" json:"timeout"`
+	Backoff time.Duration `yaml:"backoff"`
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // Defaults and ranges (docs/coordinator-config.md).

@@ -71,34 +71,34 @@ var Steps = []string{StepResetGPU, StepResetIBPort, StepReboot, StepReplace, Ste
 
 // XidRule escalates Count occurrences of one Xid on one GPU within Window.
 type XidRule struct {
-	Code   int           `yaml:"code" json:"code"`
-	Count  int           `yaml:"count" json:"count"`
-	Window time.Duration `yaml:"window" json:"window"`
-	Action string        `yaml:"action" json:"action"`
+	Code   int             `yaml:"code" json:"code"`
+	Count  int             `yaml:"count" json:"count"`
+	Window config.Duration `yaml:"window" json:"window"`
+	Action string          `yaml:"action" json:"action"`
 }
 
 // ECCRule escalates a GPU whose correctable ECC errors rise by Count or
 // more within Window.
 type ECCRule struct {
-	Count  int           `yaml:"count" json:"count"`
-	Window time.Duration `yaml:"window" json:"window"`
-	Action string        `yaml:"action" json:"action"`
+	Count  int             `yaml:"count" json:"count"`
+	Window config.Duration `yaml:"window" json:"window"`
+	Action string          `yaml:"action" json:"action"`
 }
 
 // LinkRule flags a port that goes down Flaps times within Window; it stays
 // flagged until no flap was seen for Stable.
 type LinkRule struct {
-	Flaps  int           `yaml:"flaps" json:"flaps"`
-	Window time.Duration `yaml:"window" json:"window"`
-	Stable time.Duration `yaml:"stable" json:"stable"`
-	Action string        `yaml:"action" json:"action"`
+	Flaps  int             `yaml:"flaps" json:"flaps"`
+	Window config.Duration `yaml:"window" json:"window"`
+	Stable config.Duration `yaml:"stable" json:"stable"`
+	Action string          `yaml:"action" json:"action"`
 }
 
 // CorrelateRule: application Xids on MinNodes or more nodes within Window
 // of the first are one job event.
 type CorrelateRule struct {
-	Window   time.Duration `yaml:"window" json:"window"`
-	MinNodes int           `yaml:"min_nodes" json:"min_nodes"`
+	Window   config.Duration `yaml:"window" json:"window"`
+	MinNodes int             `yaml:"min_nodes" json:"min_nodes"`
 }
 
 // Config is the rules section of the coordinator config
@@ -119,10 +119,10 @@ var (
 	RangeCorrWindow  = config.R(time.Second, time.Hour)
 	RangeCorrNodes   = config.R(2, 100_000)
 	RangeXidCode     = config.R(1, 1000)
-	DefaultXidRules  = []XidRule{{Code: 13, Count: 3, Window: time.Hour, Action: StepResetGPU}, {Code: 31, Count: 3, Window: time.Hour, Action: StepResetGPU}}
-	DefaultECC       = ECCRule{Count: 1000, Window: 24 * time.Hour, Action: StepResetGPU}
-	DefaultLink      = LinkRule{Flaps: 3, Window: time.Hour, Stable: 2 * time.Hour, Action: StepResetIBPort}
-	DefaultCorrelate = CorrelateRule{Window: 2 * time.Minute, MinNodes: 4}
+	DefaultXidRules  = []XidRule{{Code: 13, Count: 3, Window: config.Duration(time.Hour), Action: StepResetGPU}, {Code: 31, Count: 3, Window: config.Duration(time.Hour), Action: StepResetGPU}}
+	DefaultECC       = ECCRule{Count: 1000, Window: config.Duration(24 * time.Hour), Action: StepResetGPU}
+	DefaultLink      = LinkRule{Flaps: 3, Window: config.Duration(time.Hour), Stable: config.Duration(2 * time.Hour), Action: StepResetIBPort}
+	DefaultCorrelate = CorrelateRule{Window: config.Duration(2 * time.Minute), MinNodes: 4}
 )
 
 // WithDefaults fills zero values.
@@ -130,7 +130,7 @@ func (c Config) WithDefaults() Config {
 	if c.Xid == nil {
 		c.Xid = slices.Clone(DefaultXidRules)
 	}
-	fill := func(d *time.Duration, v time.Duration) {
+	fill := func(d *config.Duration, v config.Duration) {
 		if *d == 0 {
 			*d = v
 		}
@@ -147,7 +147,7 @@ func (c Config) WithDefaults() Config {
 	}
 	for i := range c.Xid {
 		filli(&c.Xid[i].Count, 1)
-		fill(&c.Xid[i].Window, time.Hour)
+		fill(&c.Xid[i].Window, config.Duration(time.Hour))
 		fills(&c.Xid[i].Action, StepResetGPU)
 	}
 	filli(&c.ECC.Count, DefaultECC.Count)
@@ -177,7 +177,7 @@ func (c Config) Validate(prefix string) error {
 		errs = append(errs,
 			RangeXidCode.Check(prefix+".xid[].code", r.Code),
 			RangeCount.CheckOrZero(prefix+".xid[].count", r.Count),
-			RangeWindow.CheckOrZero(prefix+".xid[].window", r.Window))
+			RangeWindow.CheckOrZero(prefix+".xid[].window", time.Duration(r.Window)))
 		step(k+".action", r.Action)
 		if seen[r.Code] {
 			errs = append(errs, fmt.Errorf("%s: Xid %d has two rules", k, r.Code))
@@ -186,11 +186,11 @@ func (c Config) Validate(prefix string) error {
 	}
 	errs = append(errs,
 		RangeECCCount.CheckOrZero(prefix+".ecc_correctable.count", c.ECC.Count),
-		RangeWindow.CheckOrZero(prefix+".ecc_correctable.window", c.ECC.Window),
+		RangeWindow.CheckOrZero(prefix+".ecc_correctable.window", time.Duration(c.ECC.Window)),
 		RangeCount.CheckOrZero(prefix+".link_flaps.flaps", c.Link.Flaps),
-		RangeWindow.CheckOrZero(prefix+".link_flaps.window", c.Link.Window),
-		RangeStable.CheckOrZero(prefix+".link_flaps.stable", c.Link.Stable),
-		RangeCorrWindow.CheckOrZero(prefix+".correlate.window", c.Correlate.Window),
+		RangeWindow.CheckOrZero(prefix+".link_flaps.window", time.Duration(c.Link.Window)),
+		RangeStable.CheckOrZero(prefix+".link_flaps.stable", time.Duration(c.Link.Stable)),
+		RangeCorrWindow.CheckOrZero(prefix+".correlate.window", time.Duration(c.Correlate.Window)),
 		RangeCorrNodes.CheckOrZero(prefix+".correlate.min_nodes", c.Correlate.MinNodes))
 	step(prefix+".ecc_correctable.action", c.ECC.Action)
 	step(prefix+".link_flaps.action", c.Link.Action)
@@ -307,7 +307,7 @@ func (r *Rules) Observe(ev Event) []Verdict {
 
 func (r *Rules) join(ev Event) {
 	for _, g := range r.groups {
-		if !ev.At.Before(g.start) && ev.At.Sub(g.start) <= r.cfg.Correlate.Window {
+		if !ev.At.Before(g.start) && ev.At.Sub(g.start) <= time.Duration(r.cfg.Correlate.Window) {
 			g.events = append(g.events, ev)
 			return
 		}
@@ -321,7 +321,7 @@ func (r *Rules) Flush(now time.Time) []Verdict {
 	var out []Verdict
 	keep := r.groups[:0]
 	for _, g := range r.groups {
-		if now.Sub(g.start) <= r.cfg.Correlate.Window {
+		if now.Sub(g.start) <= time.Duration(r.cfg.Correlate.Window) {
 			keep = append(keep, g)
 			continue
 		}
@@ -346,7 +346,7 @@ func (r *Rules) Flush(now time.Time) []Verdict {
 		delete(r.flagged, k)
 		delete(r.flaps, k)
 		out = append(out, Verdict{Kind: Cleared, At: f.Until, Node: k.node, Component: k.comp, Rule: r.linkRule(),
-			Reason: fmt.Sprintf("%s stable for %v since its last flap at %s", k.comp, config.FormatDuration(r.cfg.Link.Stable), f.LastFlap.UTC().Format(time.RFC3339))})
+			Reason: fmt.Sprintf("%s stable for %v since its last flap at %s", k.comp, config.FormatDuration(time.Duration(r.cfg.Link.Stable)), f.LastFlap.UTC().Format(time.RFC3339))})
 	}
 	return out
 }
@@ -378,8 +378,8 @@ func (r *Rules) close(g *group) []Verdict {
 		}
 		sort.Strings(cs)
 		return []Verdict{{Kind: JobEvent, At: g.start, Nodes: names, Job: job, Xid: g.events[0].Xid,
-			Rule:   fmt.Sprintf("correlate: %d+ nodes within %s", r.cfg.Correlate.MinNodes, config.FormatDuration(r.cfg.Correlate.Window)),
-			Reason: fmt.Sprintf("application Xid %s on %d nodes within %s: one job's crash, no node drained", strings.Join(cs, ","), len(names), config.FormatDuration(r.cfg.Correlate.Window))}}
+			Rule:   fmt.Sprintf("correlate: %d+ nodes within %s", r.cfg.Correlate.MinNodes, config.FormatDuration(time.Duration(r.cfg.Correlate.Window))),
+			Reason: fmt.Sprintf("application Xid %s on %d nodes within %s: one job's crash, no node drained", strings.Join(cs, ","), len(names), config.FormatDuration(time.Duration(r.cfg.Correlate.Window)))}}
 	}
 	var out []Verdict
 	for _, e := range g.events {
@@ -412,12 +412,12 @@ func (r *Rules) countXid(ev Event) []Verdict {
 		return nil
 	}
 	k := xidKey{key{ev.Node, ev.Component}, ev.Xid}
-	s := append(within(r.xids[k], ev.At, rule.Window), stamp{ev.At, ev.count()})
+	s := append(within(r.xids[k], ev.At, time.Duration(rule.Window)), stamp{ev.At, ev.count()})
 	if n := sum(s); n >= rule.Count {
 		delete(r.xids, k) // counted once: the next escalation needs N more
 		return []Verdict{{Kind: Escalate, At: ev.At, Node: ev.Node, Component: ev.Component, Action: rule.Action, Xid: ev.Xid,
-			Rule:   fmt.Sprintf("xid %d: %d in %s", rule.Code, rule.Count, config.FormatDuration(rule.Window)),
-			Reason: fmt.Sprintf("Xid %d %d times within %s on %s", ev.Xid, n, config.FormatDuration(rule.Window), ev.Component)}}
+			Rule:   fmt.Sprintf("xid %d: %d in %s", rule.Code, rule.Count, config.FormatDuration(time.Duration(rule.Window))),
+			Reason: fmt.Sprintf("Xid %d %d times within %s on %s", ev.Xid, n, config.FormatDuration(time.Duration(rule.Window)), ev.Component)}}
 	}
 	r.xids[k] = s
 	return nil
@@ -432,19 +432,19 @@ func (r *Rules) countECC(ev Event) []Verdict {
 		return nil // a first reading, or a reset counter: no rise known
 	}
 	rule := r.cfg.ECC
-	s := append(within(r.ecc[k], ev.At, rule.Window), stamp{ev.At, rise})
+	s := append(within(r.ecc[k], ev.At, time.Duration(rule.Window)), stamp{ev.At, rise})
 	if n := sum(s); n >= rule.Count {
 		delete(r.ecc, k)
 		return []Verdict{{Kind: Escalate, At: ev.At, Node: ev.Node, Component: ev.Component, Action: rule.Action,
-			Rule:   fmt.Sprintf("ecc_correctable: %d in %s", rule.Count, config.FormatDuration(rule.Window)),
-			Reason: fmt.Sprintf("%d correctable ECC errors within %s on %s", n, config.FormatDuration(rule.Window), ev.Component)}}
+			Rule:   fmt.Sprintf("ecc_correctable: %d in %s", rule.Count, config.FormatDuration(time.Duration(rule.Window))),
+			Reason: fmt.Sprintf("%d correctable ECC errors within %s on %s", n, config.FormatDuration(time.Duration(rule.Window)), ev.Component)}}
 	}
 	r.ecc[k] = s
 	return nil
 }
 
 func (r *Rules) linkRule() string {
-	return fmt.Sprintf("link_flaps: %d in %s, stable %s", r.cfg.Link.Flaps, config.FormatDuration(r.cfg.Link.Window), config.FormatDuration(r.cfg.Link.Stable))
+	return fmt.Sprintf("link_flaps: %d in %s, stable %s", r.cfg.Link.Flaps, config.FormatDuration(time.Duration(r.cfg.Link.Window)), config.FormatDuration(time.Duration(r.cfg.Link.Stable)))
 }
 
 func (r *Rules) countFlap(ev Event) []Verdict {
@@ -452,7 +452,7 @@ func (r *Rules) countFlap(ev Event) []Verdict {
 	rule := r.cfg.Link
 	if f := r.flagged[k]; f != nil {
 		// Sticky: each flap pushes the clearing out.
-		f.LastFlap, f.Until = ev.At, ev.At.Add(rule.Stable)
+		f.LastFlap, f.Until = ev.At, ev.At.Add(time.Duration(rule.Stable))
 		if !f.armed {
 			return nil
 		}
@@ -460,12 +460,12 @@ func (r *Rules) countFlap(ev Event) []Verdict {
 		return []Verdict{{Kind: Escalate, At: ev.At, Node: ev.Node, Component: ev.Component, Action: rule.Action, Rule: r.linkRule(),
 			Reason: fmt.Sprintf("%s flapped again after its remediation (flagged since %s)", ev.Component, f.Since.UTC().Format(time.RFC3339))}}
 	}
-	s := append(within(r.flaps[k], ev.At, rule.Window), stamp{ev.At, ev.count()})
+	s := append(within(r.flaps[k], ev.At, time.Duration(rule.Window)), stamp{ev.At, ev.count()})
 	if n := sum(s); n >= rule.Flaps {
 		delete(r.flaps, k)
-		r.flagged[k] = &FlaggedPort{Node: ev.Node, Component: ev.Component, Since: ev.At, LastFlap: ev.At, Until: ev.At.Add(rule.Stable)}
+		r.flagged[k] = &FlaggedPort{Node: ev.Node, Component: ev.Component, Since: ev.At, LastFlap: ev.At, Until: ev.At.Add(time.Duration(rule.Stable))}
 		return []Verdict{{Kind: Escalate, At: ev.At, Node: ev.Node, Component: ev.Component, Action: rule.Action, Rule: r.linkRule(),
-			Reason: fmt.Sprintf("%s went down %d times within %s: flagged until stable for %s", ev.Component, n, config.FormatDuration(rule.Window), config.FormatDuration(rule.Stable))}}
+			Reason: fmt.Sprintf("%s went down %d times within %s: flagged until stable for %s", ev.Component, n, config.FormatDuration(time.Duration(rule.Window)), config.FormatDuration(time.Duration(rule.Stable)))}}
 	}
 	r.flaps[k] = s
 	return nil

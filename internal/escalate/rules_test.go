@@ -102,7 +102,7 @@ func TestApplicationXidsCorrelate(t *testing.T) {
 // Below min_nodes the application Xids count on their GPUs like any rule.
 func TestFewApplicationXidsStillCount(t *testing.T) {
 	t.Parallel()
-	r := New(Config{Correlate: CorrelateRule{MinNodes: 4, Window: time.Minute}})
+	r := New(Config{Correlate: CorrelateRule{MinNodes: 4, Window: config.Duration(time.Minute)}})
 	vs := feed(r, 2*time.Hour,
 		xidEv("n1", "GPU3", 13, 0), xidEv("n2", "GPU1", 13, time.Second),
 		xidEv("n1", "GPU3", 13, 10*time.Minute), xidEv("n1", "GPU3", 13, 30*time.Minute))
@@ -143,7 +143,7 @@ func TestLinkFlapsSticky(t *testing.T) {
 
 func TestLinkFlapRearm(t *testing.T) {
 	t.Parallel()
-	r := New(Config{Link: LinkRule{Flaps: 2, Window: time.Hour}})
+	r := New(Config{Link: LinkRule{Flaps: 2, Window: config.Duration(time.Hour)}})
 	feed(r, 0, flap("n1", "p", 0), flap("n1", "p", time.Minute))
 	r.Rearm("n1", "p")
 	if got := kinds(feed(r, 10*time.Minute, flap("n1", "p", 5*time.Minute))); got != "escalate:n1/p:reset_ib_port" {
@@ -156,7 +156,7 @@ func TestLinkFlapRearm(t *testing.T) {
 
 func TestECCRate(t *testing.T) {
 	t.Parallel()
-	r := New(Config{ECC: ECCRule{Count: 100, Window: time.Hour}})
+	r := New(Config{ECC: ECCRule{Count: 100, Window: config.Duration(time.Hour)}})
 	ecc := func(total float64, at time.Duration) Event {
 		return Event{At: t0.Add(at), Node: "n1", Component: "GPU2", Kind: KindECCCorrectable, Total: total}
 	}
@@ -182,11 +182,11 @@ func TestValidate(t *testing.T) {
 	}{
 		{Config{Xid: []XidRule{{Code: 13, Count: 5000}}}, "r.xid[].count"},
 		{Config{Xid: []XidRule{{Code: 0}}}, "r.xid[].code"},
-		{Config{Xid: []XidRule{{Code: 13, Window: time.Second}}}, "r.xid[].window"},
+		{Config{Xid: []XidRule{{Code: 13, Window: config.Duration(time.Second)}}}, "r.xid[].window"},
 		{Config{ECC: ECCRule{Count: -1}}, "r.ecc_correctable.count"},
-		{Config{Link: LinkRule{Stable: 30 * 24 * time.Hour}}, "r.link_flaps.stable"},
+		{Config{Link: LinkRule{Stable: config.Duration(30 * 24 * time.Hour)}}, "r.link_flaps.stable"},
 		{Config{Correlate: CorrelateRule{MinNodes: 1}}, "r.correlate.min_nodes"},
-		{Config{Correlate: CorrelateRule{Window: 2 * time.Hour}}, "r.correlate.window"},
+		{Config{Correlate: CorrelateRule{Window: config.Duration(2 * time.Hour)}}, "r.correlate.window"},
 	} {
 		err := tc.cfg.Validate("r")
 		if !errors.Is(err, config.ErrOutOfRange) || !strings.Contains(err.Error(), tc.want+" ") {
