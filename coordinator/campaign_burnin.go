@@ -18,6 +18,9 @@ func (c *campaigns) BurninStart(ctx context.Context, req *pb.SpecRequest) (*pb.C
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
+	if _, err := c.leader(ctx); err != nil {
+		return nil, err
+	}
 	spec, err := burnin.ParseSpec(req.GetSpec())
 	if err != nil {
 		return nil, campaignErr(op, err)
@@ -25,12 +28,12 @@ func (c *campaigns) BurninStart(ctx context.Context, req *pb.SpecRequest) (*pb.C
 	if err := c.audit(ctx, "burnin.start", fmt.Sprintf("%s on %q", spec.Name, spec.Selector)); err != nil {
 		return nil, err
 	}
-	id, err := c.burnin.Start(ctx, spec)
+	id, err := c.burnin().Start(ctx, spec)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
 	c.auditStarted(ctx, "burnin.started", id)
-	st, err := c.burnin.Status(ctx, id)
+	st, err := c.burnin().Status(ctx, id)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -42,7 +45,7 @@ func (c *campaigns) BurninStatus(ctx context.Context, req *pb.CampaignRef) (*pb.
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	st, err := c.burnin.Status(ctx, req.GetId())
+	st, err := c.burnin().Status(ctx, req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -54,7 +57,7 @@ func (c *campaigns) BurninList(ctx context.Context, _ *pb.CampaignListRequest) (
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	l, err := c.burnin.List(ctx)
+	l, err := c.burnin().List(ctx)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -66,7 +69,7 @@ func (c *campaigns) BurninReport(ctx context.Context, req *pb.ReportRequest) (*p
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	r, err := c.burnin.Report(ctx, req.GetId())
+	r, err := c.burnin().Report(ctx, req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -75,7 +78,7 @@ func (c *campaigns) BurninReport(ctx context.Context, req *pb.ReportRequest) (*p
 		return jsonDoc(op, r)
 	case "html":
 		var buf bytes.Buffer
-		if err := c.burnin.WriteHTML(&buf, r); err != nil {
+		if err := c.burnin().WriteHTML(&buf, r); err != nil {
 			return nil, campaignErr(op, err)
 		}
 		return &pb.Document{ContentType: "text/html", Body: buf.Bytes()}, nil
@@ -88,16 +91,19 @@ func (c *campaigns) BurninCancel(ctx context.Context, req *pb.CampaignRef) (*pb.
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	if _, err := c.burnin.Status(ctx, req.GetId()); err != nil {
+	if _, err := c.leader(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := c.burnin().Status(ctx, req.GetId()); err != nil {
 		return nil, campaignErr(op, err)
 	}
 	if err := c.audit(ctx, "burnin.cancel", req.GetId()+": "+req.GetReason()); err != nil {
 		return nil, err
 	}
-	if err := c.burnin.Cancel(ctx, req.GetId(), req.GetReason()); err != nil {
+	if err := c.burnin().Cancel(ctx, req.GetId(), req.GetReason()); err != nil {
 		return nil, campaignErr(op, err)
 	}
-	st, err := c.burnin.Status(ctx, req.GetId())
+	st, err := c.burnin().Status(ctx, req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}

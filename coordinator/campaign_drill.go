@@ -17,6 +17,9 @@ func (c *campaigns) DrillStart(ctx context.Context, req *pb.SpecRequest) (*pb.Ca
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
+	if _, err := c.leader(ctx); err != nil {
+		return nil, err
+	}
 	spec, err := drill.ParseSpec(req.GetSpec())
 	if err != nil {
 		return nil, campaignErr(op, err)
@@ -24,12 +27,12 @@ func (c *campaigns) DrillStart(ctx context.Context, req *pb.SpecRequest) (*pb.Ca
 	if err := c.audit(ctx, "drill.start", spec.Name); err != nil {
 		return nil, err
 	}
-	id, err := c.drill.Start(ctx, spec)
+	id, err := c.drill().Start(ctx, spec)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
 	c.auditStarted(ctx, "drill.started", id)
-	d, err := c.drill.Get(ctx, id)
+	d, err := c.drill().Get(ctx, id)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -41,7 +44,7 @@ func (c *campaigns) DrillStatus(ctx context.Context, req *pb.CampaignRef) (*pb.D
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	d, err := c.drill.Get(ctx, req.GetId())
+	d, err := c.drill().Get(ctx, req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -54,7 +57,7 @@ func (c *campaigns) DrillList(ctx context.Context, _ *pb.CampaignListRequest) (*
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	l, err := c.drill.List(ctx)
+	l, err := c.drill().List(ctx)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -88,7 +91,7 @@ func (c *campaigns) DrillReport(ctx context.Context, req *pb.DrillReportRequest)
 		}
 		o.Bucket = d
 	}
-	r, err := c.drill.Report(ctx, o)
+	r, err := c.drill().Report(ctx, o)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -100,16 +103,19 @@ func (c *campaigns) DrillAbort(ctx context.Context, req *pb.CampaignRef) (*pb.Dr
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	if _, err := c.drill.Get(ctx, req.GetId()); err != nil {
+	if _, err := c.leader(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := c.drill().Get(ctx, req.GetId()); err != nil {
 		return nil, campaignErr(op, err)
 	}
 	if err := c.audit(ctx, "drill.abort", req.GetId()+": "+req.GetReason()); err != nil {
 		return nil, err
 	}
-	if err := c.drill.Abort(ctx, req.GetId(), req.GetReason()); err != nil {
+	if err := c.drill().Abort(ctx, req.GetId(), req.GetReason()); err != nil {
 		return nil, campaignErr(op, err)
 	}
-	d, err := c.drill.Get(ctx, req.GetId())
+	d, err := c.drill().Get(ctx, req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}

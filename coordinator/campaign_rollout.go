@@ -59,6 +59,9 @@ func (c *campaigns) RolloutStart(ctx context.Context, req *pb.SpecRequest) (*pb.
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
+	if _, err := c.leader(ctx); err != nil {
+		return nil, err
+	}
 	spec, m, err := c.rolloutInputs(req)
 	if err != nil {
 		return nil, campaignErr(op, err)
@@ -66,12 +69,12 @@ func (c *campaigns) RolloutStart(ctx context.Context, req *pb.SpecRequest) (*pb.
 	if err := c.audit(ctx, "rollout.start", fmt.Sprintf("%s to driver %s on %q", spec.Name, spec.Target.Driver, spec.Selector)); err != nil {
 		return nil, err
 	}
-	id, err := c.rollout.Start(ctx, spec, m)
+	id, err := c.rollout().Start(ctx, spec, m)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
 	c.auditStarted(ctx, "rollout.started", id)
-	st, err := c.rollout.Status(id)
+	st, err := c.rollout().Status(id)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -83,7 +86,7 @@ func (c *campaigns) RolloutStatus(_ context.Context, req *pb.CampaignRef) (*pb.R
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	st, err := c.rollout.Status(req.GetId())
+	st, err := c.rollout().Status(req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -95,7 +98,7 @@ func (c *campaigns) RolloutList(_ context.Context, _ *pb.CampaignListRequest) (*
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	return campaignpb.RolloutListPB(c.rollout.List()), nil
+	return campaignpb.RolloutListPB(c.rollout().List()), nil
 }
 
 func (c *campaigns) RolloutControl(ctx context.Context, req *pb.RolloutControlRequest) (*pb.RolloutStatusReply, error) {
@@ -103,23 +106,26 @@ func (c *campaigns) RolloutControl(ctx context.Context, req *pb.RolloutControlRe
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
+	if _, err := c.leader(ctx); err != nil {
+		return nil, err
+	}
 	id := req.GetId()
 	var act func() error
 	switch req.GetAction() {
 	case "pause":
-		act = func() error { return c.rollout.Pause(ctx, id, req.GetReason()) }
+		act = func() error { return c.rollout().Pause(ctx, id, req.GetReason()) }
 	case "resume":
-		act = func() error { return c.rollout.Resume(ctx, id) }
+		act = func() error { return c.rollout().Resume(ctx, id) }
 	case "abort":
-		act = func() error { return c.rollout.Abort(ctx, id) }
+		act = func() error { return c.rollout().Abort(ctx, id) }
 	case "rollback":
-		act = func() error { return c.rollout.Rollback(ctx, id) }
+		act = func() error { return c.rollout().Rollback(ctx, id) }
 	case "approve":
-		act = func() error { return c.rollout.Approve(ctx, id) }
+		act = func() error { return c.rollout().Approve(ctx, id) }
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "rollout: action %q: must be pause, resume, abort, rollback or approve", req.GetAction())
 	}
-	if _, err := c.rollout.Status(id); err != nil {
+	if _, err := c.rollout().Status(id); err != nil {
 		return nil, campaignErr(op, err)
 	}
 	detail := id
@@ -132,7 +138,7 @@ func (c *campaigns) RolloutControl(ctx context.Context, req *pb.RolloutControlRe
 	if err := act(); err != nil {
 		return nil, campaignErr(op, err)
 	}
-	st, err := c.rollout.Status(id)
+	st, err := c.rollout().Status(id)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}

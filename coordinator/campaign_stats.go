@@ -101,7 +101,7 @@ func (s *Server) CampaignStats(ctx context.Context) ([]KindStats, error) {
 
 func (c *campaigns) sweepStats(ctx context.Context) (KindStats, error) {
 	k := newKindStats(KindSweep)
-	recs, err := c.sweeps.Sweeps(ctx) // records only: no tests, no report
+	recs, err := c.sweeps().Sweeps(ctx) // records only: no tests, no report
 	if err != nil {
 		return k, fmt.Errorf("sweep stats: %w", err)
 	}
@@ -111,9 +111,9 @@ func (c *campaigns) sweepStats(ctx context.Context) (KindStats, error) {
 		if r.State != sweep.StateRunning {
 			continue
 		}
-		p, live := c.sweep.Live(r.ID)
+		p, live := c.sweep().Live(r.ID)
 		if !live { // interrupted, resumed later: read it from the store
-			if p, err = c.sweep.Status(ctx, r.ID); err != nil {
+			if p, err = c.sweep().Status(ctx, r.ID); err != nil {
 				return k, fmt.Errorf("sweep stats %s: %w", r.ID, err)
 			}
 		}
@@ -125,7 +125,7 @@ func (c *campaigns) sweepStats(ctx context.Context) (KindStats, error) {
 
 func (c *campaigns) rolloutStats(context.Context) (KindStats, error) {
 	k := newKindStats(KindRollout)
-	for _, r := range c.rollout.List() {
+	for _, r := range c.rollout().List() {
 		k.States[string(r.Phase)]++
 		switch r.Phase {
 		case rollout.PhaseCompleted, rollout.PhaseAborted, rollout.PhaseRolledBack:
@@ -154,7 +154,7 @@ func (c *campaigns) rolloutStats(context.Context) (KindStats, error) {
 
 func (c *campaigns) burninStats(ctx context.Context) (KindStats, error) {
 	k := newKindStats(KindBurnin)
-	list, err := c.burnin.List(ctx)
+	list, err := c.burnin().List(ctx)
 	if err != nil {
 		return k, fmt.Errorf("burn-in stats: %w", err)
 	}
@@ -184,7 +184,7 @@ func (c *campaigns) burninStats(ctx context.Context) (KindStats, error) {
 
 func (c *campaigns) drillStats(ctx context.Context) (KindStats, error) {
 	k := newKindStats(KindDrill)
-	list, err := c.drill.List(ctx)
+	list, err := c.drill().List(ctx)
 	if err != nil {
 		return k, fmt.Errorf("drill stats: %w", err)
 	}

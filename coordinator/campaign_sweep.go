@@ -25,25 +25,24 @@ type SweepScheduleConfig struct {
 // parseSweepSpec reads a sweep spec as YAML or JSON (sweep.ParseSpec).
 func parseSweepSpec(b []byte) (sweep.Spec, error) { return sweep.ParseSpec(b) }
 
-// scheduledSweep runs one nightly sweep; a night whose previous sweep is
-// still running is skipped rather than queued.
-func (c *campaigns) scheduledSweep(spec sweep.Spec) {
+// scheduledSweep runs one nightly sweep in the leader's term t; a night
+// whose previous sweep is still running is skipped rather than queued.
+func (c *campaigns) scheduledSweep(t *term, spec sweep.Spec) {
 	if !c.sweeping.CompareAndSwap(false, true) {
 		c.log.Warn().Msg("scheduled sweep skipped: the previous one is still running")
 		return
 	}
-	c.wg.Add(1)
-	defer c.wg.Done()
 	defer c.sweeping.Store(false)
-	rec, err := c.sweep.Start(c.ctx, spec)
+	ctx := t.ctx
+	rec, err := t.e.sweep.Start(ctx, spec)
 	if err != nil {
 		c.log.Error().Err(err).Msg("scheduled sweep not started")
 		return
 	}
-	if err := c.s.Audit(c.ctx, "schedule:sweep", "sweep.start", rec.ID); err != nil {
+	if err := c.s.Audit(ctx, "schedule:sweep", "sweep.start", rec.ID); err != nil {
 		c.log.Error().Err(err).Str("campaign", rec.ID).Msg("audit")
 	}
-	if _, err := c.sweep.Run(c.ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
+	if _, err := t.e.sweep.Run(ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
 		c.log.Error().Err(err).Str("campaign", rec.ID).Msg("scheduled sweep")
 	}
 }
@@ -53,6 +52,10 @@ func (c *campaigns) SweepStart(ctx context.Context, req *pb.SpecRequest) (*pb.Ca
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
+	t, err := c.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
 	spec, err := parseSweepSpec(req.GetSpec())
 	if err != nil {
 		return nil, campaignErr(op, err)
@@ -60,18 +63,16 @@ func (c *campaigns) SweepStart(ctx context.Context, req *pb.SpecRequest) (*pb.Ca
 	if err := c.audit(ctx, "sweep.start", "selector "+spec.Selector); err != nil {
 		return nil, err
 	}
-	rec, err := c.sweep.Start(ctx, spec)
+	rec, err := t.e.sweep.Start(ctx, spec)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
 	c.auditStarted(ctx, "sweep.started", rec.ID)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		if _, err := c.sweep.Run(c.ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
+	t.do(func(ctx context.Context) {
+		if _, err := t.e.sweep.Run(ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
 			c.log.Error().Err(err).Str("campaign", rec.ID).Msg("sweep")
 		}
-	}()
+	})
 	return started(op, rec.ID, rec)
 }
 
@@ -80,10 +81,10 @@ func (c *campaigns) SweepStatus(ctx context.Context, req *pb.CampaignRef) (*pb.S
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	if p, ok := c.sweep.Live(req.GetId()); ok {
+	if p, ok := c.sweep().Live(req.GetId()); ok {
 		return campaignpb.SweepStatusPB(p), nil
 	}
-	p, err := c.sweep.Status(ctx, req.GetId())
+	p, err := c.sweep().Status(ctx, req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -95,7 +96,7 @@ func (c *campaigns) SweepList(ctx context.Context, _ *pb.CampaignListRequest) (*
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	l, err := c.sweep.List(ctx)
+	l, err := c.sweep().List(ctx)
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -107,7 +108,7 @@ func (c *campaigns) SweepReport(ctx context.Context, req *pb.CampaignRef) (*pb.D
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	r, err := c.sweep.Report(ctx, req.GetId())
+	r, err := c.sweep().Report(ctx, req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}

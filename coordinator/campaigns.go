@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
+	"github.com/fleetcheck/fleetcheck/coordinator/leader"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/compat"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -83,16 +83,14 @@ type campaigns struct {
 	matrix  string // configured compatibility matrix file
 	bl      *baselines.Store
 	breaker *kit.Breaker
-	policy  *drainPolicy     // nil when the drain policy is off
-	conds   *conditionWriter // nil unless the drain adapter writes node conditions
-	sweep   *sweep.Engine
-	sweeps  sweep.Store // the sweep engine's store, listed for /metrics
-	rollout *rollout.Engine
-	burnin  *burnin.Engine
-	drill   *drill.Engine
-	remed   *remediation.Engine // the remediation ladder (shadow mode unless configured)
+	policy  *drainPolicy            // nil when the drain policy is off
+	conds   *conditionWriter        // nil unless the drain adapter writes node conditions
+	deps    kit.Deps                // what the engines run on (unfenced: see leadTerm)
+	eng     atomic.Pointer[engines] // rebuilt from the store at every leadership term
+	lease   *leader.Lease           // nil on SQLite or without ha:; then this coordinator always leads
+	lead    leadership              // the running term, if this coordinator leads (campaign_lead.go)
+	remed   *remediation.Engine     // the remediation ladder (shadow mode unless configured)
 	feed    *remedFeed
-	cron    *cron.Cron
 
 	ctx      context.Context // the engines' life: cancelled by stop
 	cancel   context.CancelFunc
@@ -152,23 +150,16 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 		return nil, fmt.Errorf("breaker: %w", err)
 	}
 	// One Deps for every engine: they share the database, clock, breaker
-	// and which nodes campaigns hold.
+	// and which nodes campaigns hold. These engines migrate the tables and
+	// serve reads; under a lease each term builds its own on the fenced
+	// database (campaign_lead.go). Baselines and results are never fenced.
 	busy := &kit.Busy{}
-	deps := kit.Deps{DB: sdb, Fleet: c.fleet, Clock: clock, Drainer: adapter, Breaker: c.breaker, Busy: busy, Logger: c.log}
-	if c.sweep, err = sweep.New(ctx, deps, sweep.Options{Baselines: sweep.FinderSource{Finder: c.bl}}); err != nil {
-		return nil, fmt.Errorf("sweep: %w", err)
+	c.deps = kit.Deps{DB: sdb, Fleet: c.fleet, Clock: clock, Drainer: adapter, Breaker: c.breaker, Busy: busy, Logger: c.log}
+	e, err := c.newEngines(ctx, c.deps)
+	if err != nil {
+		return nil, err
 	}
-	sst := c.sweep.Store()
-	c.sweeps = sst
-	if c.rollout, err = rollout.New(ctx, deps, rollout.Options{Baselines: c.bl}); err != nil {
-		return nil, fmt.Errorf("rollout: %w", err)
-	}
-	if c.burnin, err = burnin.New(ctx, deps, burnin.Options{Baselines: c.bl}); err != nil {
-		return nil, fmt.Errorf("burnin: %w", err)
-	}
-	if c.drill, err = drill.New(ctx, deps, drill.Options{}); err != nil {
-		return nil, fmt.Errorf("drill: %w", err)
-	}
+	c.eng.Store(e)
 	if c.remed, err = remediation.New(ctx, s.cfg.Remediation, remediation.Deps{DB: sdb, Fleet: c.fleet, Drain: adapter, Breaker: c.breaker,
 		Clock: clock, Log: c.log, Campaigns: remedHolding{c, busy}}); err != nil {
 		return nil, fmt.Errorf("remediation: %w", err)
@@ -180,12 +171,12 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	if window <= 0 {
 		window = time.Hour
 	}
-	if recs, err := c.sweep.BreakerRecords(ctx, clock.Now().Add(-window)); err == nil {
+	if recs, err := e.sweep.BreakerRecords(ctx, clock.Now().Add(-window)); err == nil {
 		c.breaker.Restore(recs)
 	} else {
 		c.log.Warn().Err(err).Msg("sweep drains not restored into the breaker")
 	}
-	if recs, err := c.burnin.DrainRecords(ctx); err == nil {
+	if recs, err := e.burnin.DrainRecords(ctx); err == nil {
 		c.breaker.Restore(recs)
 	} else {
 		c.log.Warn().Err(err).Msg("burn-in drains not restored into the breaker")
@@ -200,68 +191,24 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 		c.policy = newDrainPolicy(c.ctx, s, p, adapter, s.cfg.Drain.Adapter, c.breaker, c.log)
 		c.log.Info().Strs("actions", p.Actions).Strs("codes", p.Codes).Str("adapter", c.policy.via).Msg("drain policy on")
 	}
-	if sc := s.cfg.SweepSchedule; sc != nil {
-		spec := sc.Spec
-		c.cron = cron.New()
-		if _, err := c.cron.AddFunc(sc.Cron, func() { c.scheduledSweep(spec) }); err != nil {
-			return nil, fmt.Errorf("sweep_schedule.cron: %w", err)
-		}
-		c.cron.Start()
-	}
-	// Finish the sweeps a stop interrupted. They are listed now, not in
-	// the goroutine (as Engine.Resume would), so a sweep an operator
-	// starts meanwhile is not picked up twice.
-	recs, err := sst.Sweeps(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("sweep resume: %w", err)
-	}
-	var interrupted []string
-	for _, r := range slices.Backward(recs) { // oldest first
-		if r.State == sweep.StateRunning {
-			interrupted = append(interrupted, r.ID)
-		}
-	}
-	c.loop("sweep resume", func(ctx context.Context) error {
-		var errs []error
-		for _, id := range interrupted {
-			c.log.Info().Str("campaign", id).Msg("resuming sweep")
-			if _, err := c.sweep.Run(ctx, id); err != nil && !errors.Is(err, sweep.ErrAlreadyRunning) {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(errs...)
-	})
-	c.loop("rollout", c.rollout.Run)
-	c.loop("burnin", c.burnin.Run)
-	c.loop("drill", c.drill.Run)
+	// The remediation ladder acts on this coordinator's agents' results,
+	// on every coordinator (not yet bound to the leader: docs/ha.md).
 	c.feed = newRemedFeed(c.ctx, c.remed, c.log)
-	c.loop("remediation", func(ctx context.Context) error { return c.remed.Run(ctx, remediationPoll) })
-	return c, nil
-}
-
-// loop runs an engine's loop until stop.
-func (c *campaigns) loop(name string, run func(context.Context) error) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		if err := run(c.ctx); err != nil && !errors.Is(err, context.Canceled) {
-			c.log.Error().Err(err).Str("engine", name).Msg("campaign engine stopped")
+		if err := c.remed.Run(c.ctx, remediationPoll); err != nil && !errors.Is(err, context.Canceled) {
+			c.log.Error().Err(err).Str("engine", "remediation").Msg("campaign engine stopped")
 		}
 	}()
+	return c, nil
 }
 
 // stop ends the schedule and the loops, and closes the engines' database.
 func (c *campaigns) stop() error {
-	// No new scheduled run first; then end the running ones (a scheduled
-	// sweep can take hours, so cancel before waiting for it).
-	var jobs context.Context
-	if c.cron != nil {
-		jobs = c.cron.Stop()
-	}
+	// The term ends (its schedule and loops) with the engines' life.
 	c.cancel()
-	if jobs != nil {
-		<-jobs.Done()
-	}
+	c.lead.wait()
 	c.wg.Wait()
 	c.policy.wait()
 	c.conds.wait()

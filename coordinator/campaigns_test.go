@@ -306,13 +306,14 @@ func TestCampaignScheduleStartsAndStops(t *testing.T) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if s.camp.cron == nil || len(s.camp.cron.Entries()) != 1 {
+	lead := s.camp.lead.get()
+	if lead == nil || lead.cron == nil || len(lead.cron.Entries()) != 1 {
 		t.Fatal("no scheduled sweep")
 	}
 	// What the schedule runs each night: a whole sweep, audited as the
 	// schedule's.
-	s.camp.scheduledSweep(sweep.Spec{Selector: "sku=h100"})
-	l, err := s.camp.sweep.List(context.Background())
+	s.camp.scheduledSweep(lead, sweep.Spec{Selector: "sku=h100"})
+	l, err := s.camp.sweep().List(context.Background())
 	if err != nil || len(l) != 1 || l[0].State != sweep.StateDone {
 		t.Fatalf("scheduled sweep: %+v %v", l, err)
 	}

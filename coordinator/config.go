@@ -83,6 +83,9 @@ type Config struct {
 	Gossip *membership.FileConfig `yaml:"gossip"`
 	// Console is the web console (docs/console.md): off unless enabled.
 	Console console.Config `yaml:"console"`
+	// HA joins the leader election of several coordinators over one
+	// PostgreSQL store (campaign_lead.go, docs/ha.md).
+	HA HAConfig `yaml:"ha"`
 }
 
 // TLSConfig is the coordinator's mutual-TLS identity. Relative paths are
@@ -201,6 +204,9 @@ func (c Config) Validate() error {
 	}
 	if c.Console.Enabled && !c.Insecure && !c.TLS.set() {
 		errs = append(errs, errors.New("console: needs tls: (it serves HTTPS with the coordinator's certificate) or insecure: true"))
+	}
+	if err := c.HA.validate(c.StoreURL); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.validateCampaigns(); err != nil {
 		errs = append(errs, err)

@@ -31,6 +31,7 @@ func TestCoordinatorConfigRanges(t *testing.T) {
 		{"drain.slurm.timeout", "drain: {slurm: {timeout: 1h}}"},
 		{"drain.kubernetes.eviction_timeout", "drain: {kubernetes: {eviction_timeout: 1s}}"},
 		{"console.refresh", "console: {refresh: 10ms}"},
+		{"ha.lease_ttl", "ha: {lease_ttl: 1ms}"},
 		{"console.page_size", "console: {page_size: 100000}"},
 		{"gossip.rejoin_interval", "gossip: {bind: 127.0.0.1, rejoin_interval: 500ms}"},
 		{"gossip.probe_interval", "gossip: {bind: 127.0.0.1, probe_interval: 2m}"},

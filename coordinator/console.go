@@ -120,18 +120,18 @@ func (c consoleSource) Campaigns() console.Campaigns {
 type consoleCampaigns struct{ c *campaigns }
 
 func (k consoleCampaigns) Sweeps(ctx context.Context) ([]sweep.Summary, error) {
-	return k.c.sweep.List(ctx)
+	return k.c.sweep().List(ctx)
 }
 
 func (k consoleCampaigns) Sweep(ctx context.Context, id string) (sweep.Progress, *sweep.Report, error) {
-	p, ok := k.c.sweep.Live(id)
+	p, ok := k.c.sweep().Live(id)
 	if !ok {
 		var err error
-		if p, err = k.c.sweep.Status(ctx, id); err != nil {
+		if p, err = k.c.sweep().Status(ctx, id); err != nil {
 			return p, nil, consoleNotFound(err)
 		}
 	}
-	r, err := k.c.sweep.Report(ctx, id)
+	r, err := k.c.sweep().Report(ctx, id)
 	if err != nil {
 		return p, nil, nil //nolint:nilerr // a sweep not yet past its first test has no report: progress only
 	}
@@ -139,41 +139,41 @@ func (k consoleCampaigns) Sweep(ctx context.Context, id string) (sweep.Progress,
 }
 
 func (k consoleCampaigns) Rollouts(context.Context) ([]rollout.Summary, error) {
-	return k.c.rollout.List(), nil
+	return k.c.rollout().List(), nil
 }
 
 func (k consoleCampaigns) Rollout(_ context.Context, id string) (*rollout.Status, error) {
-	st, err := k.c.rollout.Status(id)
+	st, err := k.c.rollout().Status(id)
 	return st, consoleNotFound(err)
 }
 
 func (k consoleCampaigns) Burnins(ctx context.Context) ([]burnin.CampaignStatus, error) {
-	return k.c.burnin.List(ctx)
+	return k.c.burnin().List(ctx)
 }
 
 func (k consoleCampaigns) Burnin(ctx context.Context, id string) (burnin.CampaignStatus, error) {
-	st, err := k.c.burnin.Status(ctx, id)
+	st, err := k.c.burnin().Status(ctx, id)
 	return st, consoleNotFound(err)
 }
 
 func (k consoleCampaigns) BurninHTML(ctx context.Context, id string) ([]byte, error) {
-	r, err := k.c.burnin.Report(ctx, id)
+	r, err := k.c.burnin().Report(ctx, id)
 	if err != nil {
 		return nil, consoleNotFound(err)
 	}
 	var buf bytes.Buffer
-	if err := k.c.burnin.WriteHTML(&buf, r); err != nil {
+	if err := k.c.burnin().WriteHTML(&buf, r); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
 func (k consoleCampaigns) Drills(ctx context.Context) ([]drill.Drill, error) {
-	return k.c.drill.List(ctx)
+	return k.c.drill().List(ctx)
 }
 
 func (k consoleCampaigns) DrillRows(ctx context.Context) ([]drill.Row, error) {
-	r, err := k.c.drill.Report(ctx, drill.ReportOptions{})
+	r, err := k.c.drill().Report(ctx, drill.ReportOptions{})
 	if err != nil {
 		return nil, err
 	}

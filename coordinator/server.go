@@ -285,6 +285,10 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	pb.RegisterOperatorServiceServer(s.grpc, &operatorService{s: s})
 	pb.RegisterCampaignServiceServer(s.grpc, s.camp)
 	pb.RegisterRemediationServiceServer(s.grpc, &remediationService{c: s.camp})
+	// Lead (or join the election) once the address others name is bound.
+	if err := s.camp.begin(ctx, s.grpcLis.Addr().String()); err != nil {
+		return fmt.Errorf("coordinator: campaigns: %w", err)
+	}
 	s.serving.Add(1)
 	go func() {
 		defer s.serving.Done()
