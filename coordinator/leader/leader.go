@@ -368,7 +368,7 @@ func (l *Lease) hold(ctx context.Context, lead func(ctx context.Context)) {
 // is done or lead returned.
 func (l *Lease) keep(ctx context.Context, done <-chan struct{}) string {
 	every := l.o.TTL / 3
-	t := time.NewTicker(every)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
@@ -384,6 +384,9 @@ func (l *Lease) keep(ctx context.Context, done <-chan struct{}) string {
 		if left <= 0 {
 			return "no renewal within the ttl"
 		}
+		// Wake at the deadline at the latest: a leader that cannot renew
+		// must stop before its lease can expire, not at its next tick.
+		t.Reset(min(every, left))
 		rctx, cancel := context.WithTimeout(ctx, left)
 		err := l.Renew(rctx)
 		cancel()
