@@ -37,7 +37,10 @@ type pausedFleet struct {
 }
 
 func (f *pausedFleet) pause() {
-	f.calls <- struct{}{}
+	select {
+	case f.calls <- struct{}{}:
+	default: // the test waits for the first only
+	}
 	<-f.release
 }
 
@@ -107,7 +110,11 @@ func TestHATakeoverResumesSweepAndFencesOldLeader(t *testing.T) {
 	if _, err := ca.SweepStart(ctx, &pb.SpecRequest{Spec: []byte("selector: ''\nnote: ha\n")}); err != nil {
 		t.Fatalf("leader start: %v", err)
 	}
-	<-pf.calls // A is frozen inside the sweep
+	select { // A is frozen inside the sweep
+	case <-pf.calls:
+	case <-ctx.Done():
+		t.Fatal("a's sweep never reached the fleet")
+	}
 	// Reads work on the follower.
 	l, err := cb.SweepList(ctx, &pb.CampaignListRequest{})
 	if err != nil {
