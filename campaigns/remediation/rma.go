@@ -159,7 +159,7 @@ func (e *Engine) send(ctx context.Context, r *Remediation) error {
 	if err != nil {
 		return fmt.Errorf("rma webhook: %w", err)
 	}
-	defer func() { _ = resp.Body.Close() }() // the status below is the answer; a close error adds nothing
+	defer func() { _ = resp.Body.Close() }()                      // the status below is the answer; a close error adds nothing
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
