@@ -66,9 +66,6 @@ func (st State) Final() bool {
 	return false
 }
 
-// stepped are the states Step moves on by itself.
-var stepped = []State{StateHeld, StateDraining, StateActing, StateVerifying, StateRMA}
-
 // Mode is how the engine acts.
 type Mode string
 

@@ -177,14 +177,14 @@ func (f *remFleet) RunChecks(_ context.Context, node string, names []string, _ k
 	return rep, nil
 }
 
-func (ft *remFault) finding() report.Finding {
-	switch ft.kind {
+func (f *remFault) finding() report.Finding {
+	switch f.kind {
 	case kindBus, kindBurst:
-		return report.Finding{Severity: report.SevFail, Component: ft.comp, Code: "XID_79", Action: report.ActionReboot}
+		return report.Finding{Severity: report.SevFail, Component: f.comp, Code: "XID_79", Action: report.ActionReboot}
 	case kindXid13HW:
-		return report.Finding{Severity: report.SevWarn, Component: ft.comp, Code: "XID_13", Action: report.ActionRestartApp}
+		return report.Finding{Severity: report.SevWarn, Component: f.comp, Code: "XID_13", Action: report.ActionRestartApp}
 	}
-	return report.Finding{Severity: report.SevFail, Component: ft.comp, Code: "XID_48", Action: report.ActionResetGPU}
+	return report.Finding{Severity: report.SevFail, Component: f.comp, Code: "XID_48", Action: report.ActionResetGPU}
 }
 
 func (f *remFleet) RunMulti(context.Context, []string, string, kit.RunOptions) (*report.Report, error) {
