@@ -433,6 +433,7 @@ func (s *Server) attach(ctx context.Context, sess *session, hello *pb.Hello) (*p
 	e.mu.Lock()
 	old := e.sess
 	e.sess = sess
+	e.attached()
 	e.load(node)
 	if old != nil {
 		old.end(errReplaced)

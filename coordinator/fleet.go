@@ -541,16 +541,19 @@ type streamWatch struct {
 	timer *time.Timer
 	// lostC is nil while a stream is up.
 	lostC <-chan time.Time
+	// back, while no stream is up, is closed when one attaches.
+	back <-chan struct{}
 }
 
 func (f *fleet) watchStream(node string, sess *session) *streamWatch {
 	return &streamWatch{f: f, node: node, cur: sess, grace: 3 * f.s.cfg.HeartbeatInterval}
 }
 
-// changed fires when the followed stream ends.
+// changed fires when the followed stream ends or, while none is up,
+// when a new one attaches.
 func (w *streamWatch) changed() <-chan struct{} {
 	if w.cur == nil {
-		return nil
+		return w.back
 	}
 	return w.cur.ctx.Done()
 }
@@ -560,7 +563,16 @@ func (w *streamWatch) gone() <-chan time.Time { return w.lostC }
 
 // check follows a replacement stream, or starts the grace period.
 func (w *streamWatch) check() {
+	// The signal is taken before looking, so that a stream attaching in
+	// between is not missed.
+	w.back = nil
+	if e := w.f.s.reg.lookup(w.node); e != nil {
+		e.mu.Lock()
+		w.back = e.backSignal()
+		e.mu.Unlock()
+	}
 	if w.follow() {
+		w.back = nil
 		return
 	}
 	w.cur = nil

@@ -421,7 +421,10 @@ func TestFleetTimeoutAndLostStream(t *testing.T) {
 // report. It used to wait for the old stream's answer until its timeout.
 func TestFleetWorkSentAgainAfterAgentRestart(t *testing.T) {
 	t.Parallel()
-	s := testServer(t, t.TempDir(), func(c *Config) { c.HeartbeatInterval = time.Second })
+	// The grace (three intervals) only bounds how long the reconnect may
+	// take on a loaded machine: the work is sent again when the new
+	// stream attaches, not when the grace ends.
+	s := testServer(t, t.TempDir(), func(c *Config) { c.HeartbeatInterval = 3 * time.Second })
 	f := s.Fleet()
 	ctx := context.Background()
 	restarted := make(chan *fakeAgent, 1)

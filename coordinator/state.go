@@ -111,6 +111,9 @@ type nodeEntry struct {
 	checks  map[string]store.CheckState
 	hasFull bool
 	sess    *session // the current stream, nil when none
+	// back is closed when a stream attaches: a call waiting out a lost
+	// stream's grace resends at once instead of at the grace's end.
+	back chan struct{}
 
 	// What gossip last said of the node's member (gossip.go): a hint that
 	// only liveState reads. The zero value, alive, says nothing.
@@ -129,6 +132,23 @@ func (e *nodeEntry) load(n store.Node) {
 	e.checks = make(map[string]store.CheckState, len(n.Checks))
 	for _, c := range n.Checks {
 		e.checks[c.Name] = c
+	}
+}
+
+// backSignal returns a channel closed when the node's next stream
+// attaches. Held: e.mu.
+func (e *nodeEntry) backSignal() <-chan struct{} {
+	if e.back == nil {
+		e.back = make(chan struct{})
+	}
+	return e.back
+}
+
+// attached wakes the calls waiting for a new stream. Held: e.mu.
+func (e *nodeEntry) attached() {
+	if e.back != nil {
+		close(e.back)
+		e.back = nil
 	}
 }
 
