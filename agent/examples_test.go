@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/checks/registry"
 )
@@ -195,4 +198,45 @@ func TestExampleAgentServesRollout(t *testing.T) {
 	// and the example matrix pin.
 	a.action("rollout rollback", s.RollbackAction, map[string]string{"version": "535.161.08"}, s.Deadlines.Upgrading.D())
 	a.checks("rollout validation", s.Validation.Checks, nil, s.Deadlines.Validating.D())
+}
+
+// TestExampleAgentServesRemediation: every action the remediation ladder
+// asks for, by the defaults' names and by examples/coordinator.yaml's,
+// is configured with the parameters the engine sends (a disruptive one
+// allowed on a drained node), and the verification's checks are enabled.
+func TestExampleAgentServesRemediation(t *testing.T) {
+	t.Parallel()
+	a := admitter{t, exampleAgent(t)}
+	b, err := os.ReadFile("../examples/coordinator.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var coord struct {
+		Remediation remediation.Config `yaml:"remediation"`
+	}
+	if err := yaml.Unmarshal(b, &coord); err != nil {
+		t.Fatalf("examples/coordinator.yaml: %v", err)
+	}
+	for what, cfg := range map[string]remediation.Config{"defaults": {}, "examples/coordinator.yaml": coord.Remediation} {
+		cfg = cfg.WithDefaults()
+		for _, s := range []struct{ step, component string }{
+			{remediation.StepResetGPU, "GPU7"},
+			{remediation.StepResetIBPort, "mlx5_3/1"},
+			{remediation.StepReboot, "node"},
+			{remediation.ActionCollect, "node"},
+		} {
+			name, params := cfg.Action(s.step, s.component)
+			if name == "" {
+				t.Errorf("%s: no action for %s", what, s.step)
+				continue
+			}
+			// The agent's own timeout for the action bounds it; the
+			// engine's action_timeout only bounds its wait.
+			ac := a.action(what+" "+s.step, name, params, 0)
+			if want := s.step != remediation.ActionCollect; ac.Disruptive != want {
+				t.Errorf("%s: action %s disruptive %v, want %v", what, name, ac.Disruptive, want)
+			}
+		}
+		a.checks(what+" verify", append(cfg.VerifyChecks, cfg.VerifyAllReduce), nil, 0)
+	}
 }

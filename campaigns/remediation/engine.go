@@ -333,18 +333,26 @@ func (e *Engine) suppressed(ctx context.Context, n kit.Node, now time.Time) stri
 
 // action is the agent action and parameters for r's step.
 func (e *Engine) action(r *Remediation) (string, map[string]string) {
+	return e.cfg.Action(r.Step, r.Component)
+}
+
+// Action is the agent action the engine asks for to run step on
+// component (GPU3, mlx5_0/1, node), and its parameters: gpu for a GPU
+// reset, hca and port for a port reset, none for the rest. The agent's
+// config (examples/agent.yaml) validates them again.
+func (c Config) Action(step, component string) (string, map[string]string) {
 	p := map[string]string{}
-	switch r.Step {
+	switch step {
 	case StepResetGPU:
-		if i, err := strconv.Atoi(strings.TrimPrefix(r.Component, "GPU")); err == nil && strings.HasPrefix(r.Component, "GPU") {
+		if i, err := strconv.Atoi(strings.TrimPrefix(component, "GPU")); err == nil && strings.HasPrefix(component, "GPU") {
 			p["gpu"] = strconv.Itoa(i)
 		}
 	case StepResetIBPort:
-		if hca, port, ok := strings.Cut(r.Component, "/"); ok {
+		if hca, port, ok := strings.Cut(component, "/"); ok {
 			p["hca"], p["port"] = hca, port
 		}
 	}
-	return e.cfg.Actions[r.Step], p
+	return c.Actions[step], p
 }
 
 // List returns remediations, newest first: all, or those of node, or

@@ -221,7 +221,7 @@ func TestLadderClimbsToRMA(t *testing.T) {
 		ce.DataContentType != "application/json" || ce.Time.IsZero() {
 		t.Errorf("cloud event attributes %+v", ce)
 	}
-	if len(ev.Serials) != 1 || ev.Serials[0].Serial != "SN-n02-5" || !strings.HasSuffix(ev.Bundle, "n02.tar.gz") ||
+	if len(ev.Serials) != 1 || ev.Serials[0].Serial != "SN-n02-5" || ev.Bundle != "n02:/var/lib/fleetcheck-agent/bundles/n02.tar.gz" ||
 		len(ev.Ladder) != 3 || len(ev.Findings) == 0 {
 		t.Errorf("evidence %+v", ev)
 	}

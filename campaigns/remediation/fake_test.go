@@ -107,7 +107,8 @@ func (f *fakeFleet) RunAction(_ context.Context, node, action string, params map
 	f.actions = append(f.actions, fmt.Sprintf("%s %s %v", node, action, params))
 	step := map[string]string{"gpu-reset": StepResetGPU, "ib-port-reset": StepResetIBPort, "reboot": StepReboot}[action]
 	if action == "collect-bundle" {
-		return kit.ActionResult{OK: true, Message: "/var/lib/fleetcheck-agent/bundles/" + node + ".tar.gz"}, nil
+		// As the agent answers for deploy/actions/fleetcheck-collect-bundle.
+		return kit.ActionResult{OK: true, Message: "done", Output: "wrote ... 42 files\nbundle /var/lib/fleetcheck-agent/bundles/" + node + ".tar.gz\n"}, nil
 	}
 	for comp, ft := range n.faults {
 		if ft.fixedBy == step || (step == StepReboot && ft.fixedBy == StepResetGPU) {

@@ -90,7 +90,7 @@ func (e *Engine) evidence(ctx context.Context, r *Remediation, now time.Time) Ev
 		case !res.OK:
 			ev.Bundle = "not collected: " + res.Message
 		default:
-			ev.Bundle = res.Message
+			ev.Bundle = bundlePath(r.Node, res)
 		}
 	}
 	if n, ok, err := kit.LookupNode(ctx, e.d.Fleet, r.Node); err == nil && ok {
@@ -102,6 +102,19 @@ func (e *Engine) evidence(ctx context.Context, r *Remediation, now time.Time) Ev
 		}
 	}
 	return ev
+}
+
+// bundlePath is where the collect action left the bundle: the "bundle
+// PATH" line the shipped wrapper ends with (deploy/actions), on the node;
+// else the action's message.
+func bundlePath(node string, res kit.ActionResult) string {
+	lines := strings.Split(strings.TrimSpace(res.Output), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), "bundle "); ok && p != "" {
+			return node + ":" + p
+		}
+	}
+	return res.Message
 }
 
 // parts are the serial-numbered parts an RMA names: the GPU, the HCA, or
