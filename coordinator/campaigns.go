@@ -161,7 +161,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	}
 	c.eng.Store(e)
 	if c.remed, err = remediation.New(ctx, s.cfg.Remediation, remediation.Deps{DB: sdb, Fleet: c.fleet, Drain: adapter, Breaker: c.breaker,
-		Clock: clock, Log: c.log, Campaigns: remedHolding{c, busy}}); err != nil {
+		Clock: clock, Log: c.log, Campaigns: remedHolding{c, busy}, Baselines: remedBaselines{c}, History: remedHistory{c}}); err != nil {
 		return nil, fmt.Errorf("remediation: %w", err)
 	}
 	c.log.Info().Str("mode", string(c.remed.Mode())).Msg("remediation ladder on")

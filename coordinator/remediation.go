@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/authz"
@@ -99,6 +101,52 @@ func (h remedHolding) Holding(ctx context.Context, node string) (string, bool) {
 		return "held by a campaign or the drain policy: " + reason, true
 	}
 	return "", false
+}
+
+// remedBaselines gives the ladder's verification the node's stored
+// single-node all_reduce baseline from the baselines store: the node's
+// own, else its SKU's (baselines.Resolve, as the sweep judges).
+type remedBaselines struct{ c *campaigns }
+
+func (b remedBaselines) AllReduce(ctx context.Context, node string) (float64, bool, error) {
+	n, known, err := kit.LookupNode(ctx, b.c.fleet, node)
+	if err != nil {
+		return 0, false, err
+	}
+	sku, stack := "", baselines.Stack{}
+	if known {
+		sku = baselines.SKUFromInventory(n.Inventory, n.Labels)
+		stack = baselines.Stack{Driver: n.Inventory.DriverVersion, RDMAStack: n.Inventory.RDMAStack}.Normalize()
+	}
+	res, err := baselines.Resolve(ctx, b.c.bl, baselines.MetricAllReduceBusBW, node, sku, stack)
+	if err != nil || res.Baseline == nil {
+		return 0, false, err
+	}
+	return res.Baseline.Value, true, nil
+}
+
+// remedHistory gives an RMA the burn-in campaigns that tested the node,
+// from the burn-in store.
+type remedHistory struct{ c *campaigns }
+
+func (h remedHistory) BurnIns(ctx context.Context, node string) ([]remediation.BurnInRecord, error) {
+	runs, err := h.c.burnin().NodeHistory(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]remediation.BurnInRecord, 0, len(runs))
+	for _, r := range runs {
+		v := string(r.Verdict)
+		if v == "" {
+			v = string(r.State)
+		}
+		detail := fmt.Sprintf("%s (%s)", r.Name, r.Level)
+		if r.Reason != "" {
+			detail += ": " + r.Reason
+		}
+		out = append(out, remediation.BurnInRecord{ID: r.Campaign, Verdict: v, At: r.At, Detail: detail})
+	}
+	return out, nil
 }
 
 // remediationService serves RemediationService.

@@ -508,10 +508,9 @@ func (e *Engine) Run(ctx context.Context, poll time.Duration) error {
 		if _, err := e.Step(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn().Err(err).Msg("remediation step")
 		}
-		select {
-		case <-ctx.Done():
+		// kit.Sleep: on a virtual clock the wait lets simulated time move.
+		if err := kit.Sleep(ctx, e.d.Clock, poll); err != nil {
 			return ctx.Err()
-		case <-e.d.Clock.After(poll):
 		}
 	}
 }
