@@ -220,6 +220,19 @@ type fleet struct {
 	agents []*agentProc
 	// kills is what the test did to the processes, for its log.
 	kills []string
+	// target, when set, picks the coordinator each CLI call goes to (a
+	// fleet of several coordinators: the leader, or a live one).
+	target func() string
+	// cliTimeout bounds one CLI call (default 3 minutes).
+	cliTimeout time.Duration
+}
+
+// cliAddr is the coordinator the next CLI call goes to.
+func (f *fleet) cliAddr() string {
+	if f.target != nil {
+		return f.target()
+	}
+	return f.addr
 }
 
 type agentProc struct {
@@ -238,6 +251,11 @@ type fleetOpts struct {
 	actionDelay, longTools time.Duration
 	// coordinatorYAML is added to the coordinator's config.
 	coordinatorYAML string
+	// agentCoordinators replaces the agents' "coordinator: ADDR" line
+	// (several coordinators: "coordinators: [A, B, C]").
+	agentCoordinators string
+	// agentReconnect replaces the agents' reconnect line.
+	agentReconnect string
 }
 
 func newFleet(t *testing.T, o fleetOpts) *fleet {
@@ -298,7 +316,7 @@ const agentYAML = `
 metrics_listen: "off"
 activity: idle
 interval: 5s
-reconnect: {initial: 100ms, max: 1s}
+` + agentReconnectLine + `
 actions:
   driver-upgrade:
     command: [driver-upgrade, "{version}"]
@@ -338,6 +356,10 @@ multi_node:
   allowed_peers: 'gpu-[0-9]{3}'
 `
 
+// agentReconnectLine is agentYAML's reconnect line (fleetOpts.agentReconnect
+// replaces it).
+const agentReconnectLine = "reconnect: {initial: 100ms, max: 1s}"
+
 func (f *fleet) newAgent(i int, labels map[string]string, o fleetOpts) *agentProc {
 	t := f.t
 	node := nodeName(i)
@@ -357,10 +379,18 @@ func (f *fleet) newAgent(i int, labels map[string]string, o fleetOpts) *agentPro
 			checks = append(checks, fs[0])
 		}
 	}
+	coordLine := "coordinator: " + f.addr
+	if o.agentCoordinators != "" {
+		coordLine = o.agentCoordinators
+	}
+	tail := agentYAML
+	if o.agentReconnect != "" {
+		tail = strings.Replace(tail, agentReconnectLine, o.agentReconnect, 1)
+	}
 	cfg := filepath.Join(dir, "agent.yaml")
 	write(t, cfg, fmt.Sprintf(`node: %s
 labels: %s
-coordinator: %s
+%s
 tls:
   ca_file: %s
   cert_file: %s
@@ -369,9 +399,9 @@ tls:
 state_dir: %s
 enabled_checks: [%s]
 host: {mode: sim, seed: %d, action_delay: %s, long_tool_time: %s}
-%s`, node, lb, f.addr, filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "node-"+node+".crt"),
+%s`, node, lb, coordLine, filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "node-"+node+".crt"),
 		filepath.Join(caDir, "node-"+node+".key"), trustDomain, filepath.Join(dir, "state"), strings.Join(checks, ", "),
-		i, o.actionDelay, o.longTools, agentYAML))
+		i, o.actionDelay, o.longTools, tail))
 	return &agentProc{
 		proc: &proc{name: node, args: []string{"agent", "--config", cfg, "--log-format", "json", "--log-level", "debug"},
 			logPath: filepath.Join(dir, "agent.log")},
@@ -445,9 +475,13 @@ func (f *fleet) nodeNames() []string {
 // stderr and the exit status.
 func (f *fleet) cli(args ...string) (string, string, int) {
 	f.t.Helper()
-	args = append(args, "--coordinator", f.addr, "--cert", filepath.Join(caDir, "admin-oncall.crt"),
+	args = append(args, "--coordinator", f.cliAddr(), "--cert", filepath.Join(caDir, "admin-oncall.crt"),
 		"--key", filepath.Join(caDir, "admin-oncall.key"), "--ca", filepath.Join(caDir, "ca.crt"), "--trust-domain", trustDomain)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	within := f.cliTimeout
+	if within == 0 {
+		within = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, args...)
 	var stdout, stderr bytes.Buffer
@@ -458,6 +492,8 @@ func (f *fleet) cli(args ...string) (string, string, int) {
 	switch {
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
+	case ctx.Err() != nil:
+		code = -1 // ran past cliTimeout: a failed call, polled again
 	case err != nil:
 		f.t.Fatalf("fleetcheck %s: %v", strings.Join(args, " "), err)
 	}
@@ -694,7 +730,7 @@ type bgCLI struct {
 // background starts `fleetcheck ARGS` and returns at once.
 func (f *fleet) background(args ...string) *bgCLI {
 	f.t.Helper()
-	args = append(args, "--coordinator", f.addr, "--cert", filepath.Join(caDir, "admin-oncall.crt"),
+	args = append(args, "--coordinator", f.cliAddr(), "--cert", filepath.Join(caDir, "admin-oncall.crt"),
 		"--key", filepath.Join(caDir, "admin-oncall.key"), "--ca", filepath.Join(caDir, "ca.crt"), "--trust-domain", trustDomain)
 	b := &bgCLI{cmd: exec.Command(binPath, args...), done: make(chan struct{})}
 	b.cmd.Stdout, b.cmd.Stderr = &b.stdout, &b.stderr
