@@ -113,7 +113,6 @@ type haFleet struct {
 	o      chaosOpts
 	rng    *rand.Rand
 	pg     *pgtest.Server
-	dbName string
 	db     *sql.DB
 	coords []*coordProc
 
@@ -187,7 +186,6 @@ func newHAFleet(t *testing.T, o chaosOpts, seed uint64) *haFleet {
 		o:        o,
 		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		pg:       pg,
-		dbName:   name,
 		db:       db,
 		stopped:  map[string]bool{},
 		injected: map[string]int{},
@@ -874,7 +872,7 @@ canary: 1
 waves: [5, 10]
 max_unavailable: %d
 approval: auto
-connect_grace: 2m
+connect_grace: 30s
 deadlines: {upgrading: 1m, rebooting: 2m, validating: 2m}
 validation:
   checks: [gpu.inventory, gpu.ecc, gpu.xid, ib.ports, nccl.allreduce]
@@ -917,9 +915,16 @@ validation:
 	h.checkMaxUnavailable(rid)
 	h.checkBreaker("rollout")
 	h.checkStoredOnce("rollout")
+	if d.Phase == "halted" || d.Paused {
+		// A stopped rollout keeps its nodes (kit.Busy): abort it, as an
+		// operator would, so that the sweep and the burn-in still run.
+		h.startCampaign("rollout", "abort", rid)
+		d = h.waitRollout(rid, 3*time.Minute, "the rollout aborted", func(d rolloutDoc) bool { return d.Phase == "aborted" })
+		h.note("rollout %s aborted: %s", rid, d.summary())
+	}
 
 	// 2. The sweep over every node.
-	sspec := h.specFile("sweep.yaml", "selector: sku=h100\ntest_timeout: 45s\nnote: chaos\n")
+	sspec := h.specFile("sweep.yaml", "selector: sku=h100\ntest_timeout: 45s\nconnect_grace: 30s\nnote: chaos\n")
 	sid := startedID(t, "sweep", h.startCampaign("sweep", "start", "-f", sspec))
 	h.note("sweep %s started", sid)
 	sweepFinal := func() bool {
@@ -951,6 +956,7 @@ level: quick
 repeats: 1
 outlier: {min_peers: 4}
 baseline: {missing: peers}
+connect_grace: 30s
 who: oncall@example.com
 `)
 	bid := startedID(t, "burnin", h.startCampaign("burnin", "start", "-f", bspec))

@@ -11,4 +11,9 @@
 // The tests sit behind the e2e build tag so that `go test ./...` stays
 // fast: `make e2e` runs the full suite, `make e2e-short` (-short) the part
 // CI runs, in about three minutes on two cores.
+//
+// chaos_test.go (build tags e2e and chaos: make chaos, make chaos-short) is
+// the HA suite: three coordinators over one PostgreSQL and 16 agents listing
+// them all, campaigns under a seeded schedule of kill -9, SIGSTOP and
+// database restarts (docs/ha.md, The chaos suite).
 package e2e
