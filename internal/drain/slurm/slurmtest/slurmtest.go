@@ -36,6 +36,10 @@ type Config struct {
 	HealthCheckInterval int
 	// Prolog and Epilog run around every job on the node.
 	Prolog, Epilog string
+	// JobCompletion keeps a job completion log (jobcomp/filetxt, at
+	// Cluster.JobCompLoc), which `sacct --completion` reads without
+	// slurmdbd: the cluster has no accounting database.
+	JobCompletion bool
 }
 
 // Cluster is a running test cluster.
@@ -46,6 +50,8 @@ type Cluster struct {
 	Conf string
 	// Env is what the Slurm tools need to reach this cluster.
 	Env []string
+	// JobCompLoc is the job completion log (Config.JobCompletion), else "".
+	JobCompLoc string
 
 	t     testing.TB
 	procs []*exec.Cmd
@@ -75,6 +81,9 @@ func Start(t testing.TB, cfg Config) *Cluster {
 		}
 	}
 	c := &Cluster{t: t, Dir: dir, Conf: filepath.Join(dir, "slurm.conf")}
+	if cfg.JobCompletion {
+		c.JobCompLoc = filepath.Join(dir, "log", "jobcomp.txt")
+	}
 	c.Env = []string{"SLURM_CONF=" + c.Conf}
 	for _, sub := range []string{"munge-key", "munge-run", "state", "spool/" + NodeName, "log"} {
 		mode := os.FileMode(0o755)
@@ -128,7 +137,8 @@ func Start(t testing.TB, cfg Config) *Cluster {
 }
 
 // conf is the minimal slurm.conf: loopback only, no cgroups (proctrack
-// by /proc, no task plugin, no accounting), one node with one CPU.
+// by /proc, no task plugin, no accounting database; a job completion
+// log when asked), one node with one CPU.
 func conf(dir, socket, slurmUser string, ports []int, cfg Config) string {
 	var b strings.Builder
 	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
@@ -151,7 +161,12 @@ func conf(dir, socket, slurmUser string, ports []int, cfg Config) string {
 	line("TaskPlugin=task/none")
 	line("JobAcctGatherType=jobacct_gather/none")
 	line("AccountingStorageType=accounting_storage/none")
-	line("JobCompType=jobcomp/none")
+	if cfg.JobCompletion {
+		line("JobCompType=jobcomp/filetxt")
+		line("JobCompLoc=%s/log/jobcomp.txt", dir)
+	} else {
+		line("JobCompType=jobcomp/none")
+	}
 	line("MpiDefault=none")
 	line("MailProg=/bin/true")
 	line("SelectType=select/cons_tres")
