@@ -14,6 +14,6 @@ const programName = "fleetcheck"
 func serverCommands() []*cobra.Command {
 	return []*cobra.Command{
 		newCoordinatorCmd(), newNodesCmd(), newResultsCmd(), newCheckCmd(), newEventsCmd(), newCertsCmd(), newDemoCmd(),
-		newBaselineCmd(), newSweepCmd(), newRolloutCmd(), newBurninCmd(), newDrillCmd(), newRemediationCmd(), newGossipCmd(),
+		newBaselineCmd(), newSweepCmd(), newRolloutCmd(), newBurninCmd(), newDrillCmd(), newRemediationCmd(), newGossipCmd(), newTriageCmd(),
 	}
 }

@@ -193,6 +193,19 @@ func Build(in Input) Report {
 	rep.Jobs = append([]Job{}, jobs...)
 	sort.SliceStable(rep.Jobs, func(i, j int) bool { return jobTime(rep.Jobs[i]).Before(jobTime(rep.Jobs[j])) })
 
+	// The job the verdict is about: the named one, else the newest that
+	// did not complete, else the newest.
+	job, haveJob := pickJob(rep.Jobs, in.Job)
+	if in.Job != "" && !haveJob {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("job %s: the scheduler did not report it", in.Job))
+	}
+	// A job older than the window widens it: its start belongs on the
+	// timeline.
+	if haveJob {
+		if from, _ := jobWindow(job); !from.IsZero() && !rep.Since.IsZero() && from.Before(rep.Since) {
+			rep.Since = from
+		}
+	}
 	results := bound(in.Results, &rep)
 	peers := bound(in.Peers, &rep)
 	in.Since, in.Until = rep.Since, rep.Until
@@ -215,12 +228,6 @@ func Build(in Input) Report {
 		}
 	}
 
-	// The job the verdict is about: the named one, else the newest that
-	// did not complete, else the newest.
-	job, haveJob := pickJob(rep.Jobs, in.Job)
-	if in.Job != "" && !haveJob {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("job %s: the scheduler did not report it", in.Job))
-	}
 	from, to := in.Since, in.Until
 	if haveJob {
 		from, to = jobWindow(job)
