@@ -91,3 +91,30 @@ func TestTriageFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestTriageBundle triages the shipped support bundles offline: the Xid 48
+// (double-bit ECC) bundle is hardware by the catalog's Xid 48, the
+// healthy one has nothing to say.
+func TestTriageBundle(t *testing.T) {
+	for _, tc := range []struct {
+		bundle string
+		bucket triage.Bucket
+		rule   string
+	}{
+		{"h100-xid79-ecc", triage.Hardware, "xid 48: a hardware Xid in the catalog"},
+		{"h100-healthy", triage.Unknown, "no fault"},
+	} {
+		out, code := execute(t, "triage", "--bundle", examples+"/bundles/"+tc.bundle, "--no-slurm", "-o", "json")
+		var rep triage.Report
+		if code != exitOK || json.Unmarshal([]byte(out), &rep) != nil {
+			t.Fatalf("%s: exit %d:\n%s", tc.bundle, code, out)
+		}
+		if rep.Node != tc.bundle || rep.Bucket != tc.bucket || rep.Rule != tc.rule {
+			t.Errorf("%s: node %s, bucket %s by %q (%s)", tc.bundle, rep.Node, rep.Bucket, rep.Rule, rep.Reason)
+		}
+	}
+	out, code := execute(t, "triage", "other-node", "--bundle", examples+"/bundles/h100-healthy", "--no-slurm")
+	if code != exitCommand || !strings.Contains(out, `the bundle is of node "h100-healthy", not "other-node"`) {
+		t.Fatalf("a bundle of another node: exit %d:\n%s", code, out)
+	}
+}

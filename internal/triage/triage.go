@@ -460,12 +460,12 @@ func checkChanges(node string, results []Result, in Input) []Entry {
 		if !in.inWindow(r.At) {
 			continue
 		}
-		from := string(prev)
+		change := fmt.Sprintf("%s -> %s", prev, c.Status)
 		if !seen {
-			from = "?"
+			change = string(c.Status) // the first result in the window
 		}
 		out = append(out, Entry{At: r.At, Source: SourceCheck, Kind: KindCheckChange, Node: node, Component: c.Name,
-			Detail: fmt.Sprintf("%s %s -> %s%s", c.Name, from, c.Status, checkDetail(c))})
+			Detail: fmt.Sprintf("%s %s%s", c.Name, change, checkDetail(c))})
 	}
 	return out
 }
