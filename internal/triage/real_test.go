@@ -3,12 +3,14 @@ package triage
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/drain/slurm/slurmtest"
+	"github.com/fleetcheck/fleetcheck/internal/needs"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
@@ -18,6 +20,7 @@ import (
 // reads it) and triages them: what sacct and scontrol really print, not
 // what a fake says they print.
 func TestRealSlurm(t *testing.T) {
+	needs.Tool(t, "sacct", "apt-get install slurm-client")
 	c := slurmtest.Start(t, slurmtest.Config{JobCompletion: true})
 	s := Slurm{Env: c.Env, Timeout: 20 * time.Second}
 	ctx := context.Background()
@@ -119,6 +122,48 @@ func TestRealSlurm(t *testing.T) {
 			if got[id] != st {
 				t.Fatalf("node's jobs = %v, want %v (notes %v)", got, want, notes)
 			}
+		}
+	})
+
+	// only is a --slurm-bin directory holding only some of the tools.
+	only := func(t *testing.T, tools ...string) string {
+		bin := t.TempDir()
+		for _, tool := range tools {
+			path, err := exec.LookPath(tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(path, filepath.Join(bin, tool)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return bin
+	}
+
+	t.Run("sacct alone reads the job completion log", func(t *testing.T) {
+		s := Slurm{Bin: only(t, "sacct"), Env: c.Env, Timeout: 20 * time.Second}
+		jobs, notes, err := s.Jobs(ctx, node, bad, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) != 1 || jobs[0].BaseState() != "FAILED" || jobs[0].ExitCode != "3:0" || jobs[0].From != "sacct --completion" ||
+			!strings.Contains(strings.Join(notes, ";"), "scontrol not found") {
+			t.Fatalf("jobs %+v, notes %v", jobs, notes)
+		}
+	})
+
+	t.Run("without sacct, slurmctld's jobs", func(t *testing.T) {
+		s := Slurm{Bin: only(t, "scontrol", "squeue"), Env: c.Env, Timeout: 20 * time.Second}
+		jobs, notes, err := s.Jobs(ctx, node, "", since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, j := range jobs {
+			got[j.ID] = j.BaseState() + " " + j.From
+		}
+		if got[bad] != "FAILED scontrol" || got[long] != "CANCELLED scontrol" || !strings.Contains(strings.Join(notes, ";"), "sacct not found") {
+			t.Fatalf("jobs %v, notes %v", got, notes)
 		}
 	})
 

@@ -86,8 +86,8 @@ func ParseSacct(out string, loc *time.Location, from string) ([]Job, error) {
 	return jobs, nil
 }
 
-// scontrolField is one Key=Value of `scontrol show job -o`; a value runs
-// to the next " Key=" (Command= and WorkDir= may hold spaces).
+// scontrolKey starts one Key=Value of `scontrol show job -o`; a value
+// runs to the next " Key=" (Command= and WorkDir= may hold spaces).
 var scontrolKey = regexp.MustCompile(`(?:^| )([A-Za-z][A-Za-z0-9/:_]*)=`)
 
 // parseKeyValues splits one `scontrol show ... -o` line.
@@ -107,7 +107,9 @@ func parseKeyValues(line string) map[string]string {
 	return out
 }
 
-// ParseScontrolJobs reads `scontrol show job -o` output: one job a line.
+// ParseScontrolJobs reads `scontrol show job -o` output: one job a line
+// (the whole cluster's when no job is named: the output's size is the
+// bound, and the caller picks the node's).
 func ParseScontrolJobs(out string, loc *time.Location) []Job {
 	var jobs []Job
 	for _, line := range strings.Split(out, "\n") {
@@ -115,9 +117,6 @@ func ParseScontrolJobs(out string, loc *time.Location) []Job {
 		id := kv["JobId"]
 		if id == "" {
 			continue
-		}
-		if len(jobs) == MaxJobs {
-			break
 		}
 		j := Job{ID: id, Name: kv["JobName"], State: kv["JobState"], ExitCode: kv["ExitCode"], Reason: kv["Reason"],
 			Submit: parseSlurmTime(kv["SubmitTime"], loc), Start: parseSlurmTime(kv["StartTime"], loc), End: parseSlurmTime(kv["EndTime"], loc), From: "scontrol"}
@@ -273,6 +272,17 @@ func (s Slurm) Jobs(ctx context.Context, node, id string, since time.Time) ([]Jo
 	} else {
 		live, err = s.run(ctx, "scontrol", "show", "job", "-o")
 	}
+	// slurmctld says which of its jobs ran on the node (squeue -w matches
+	// hostlists itself); without squeue the job's hostlist is expanded here.
+	var onNode map[string]bool
+	if id == "" && err == nil {
+		if ids, qerr := s.run(ctx, "squeue", "--noheader", "--states=all", "-w", node, "--format=%i"); qerr == nil {
+			onNode = map[string]bool{}
+			for _, f := range strings.Fields(ids) {
+				onNode[f] = true
+			}
+		}
+	}
 	switch {
 	case errors.Is(err, runcmd.ErrNotFound):
 		notes = append(notes, "scontrol not found: no live jobs")
@@ -281,7 +291,18 @@ func (s Slurm) Jobs(ctx context.Context, node, id string, since time.Time) ([]Jo
 	default:
 		found++
 		for _, j := range ParseScontrolJobs(live, s.loc()) {
+			switch {
+			case id != "":
+			case onNode != nil && !onNode[j.ID]:
+				continue
+			case onNode == nil && (len(j.Nodes) != 1 || !contains(ExpandHostlist(j.Nodes[0]), node)):
+				continue
+			}
 			put(j)
+			if len(order) >= MaxJobs {
+				notes = append(notes, fmt.Sprintf("only the first %d jobs are read", MaxJobs))
+				break
+			}
 		}
 	}
 	if found == 0 {
@@ -309,7 +330,7 @@ func (s Slurm) Jobs(ctx context.Context, node, id string, since time.Time) ([]Jo
 // hostnames expands a hostlist with `scontrol show hostnames`; a list
 // without brackets needs no tool.
 func (s Slurm) hostnames(ctx context.Context, list string) []string {
-	if !strings.ContainsAny(list, "[") {
+	if strings.Count(list, "[") <= 1 {
 		return ExpandHostlist(list)
 	}
 	out, err := s.run(ctx, "scontrol", "show", "hostnames", list)
@@ -346,7 +367,9 @@ func ExpandHostlist(list string) []string {
 	for _, part := range splitTop(list) {
 		open := strings.IndexByte(part, '[')
 		closeAt := strings.LastIndexByte(part, ']')
-		if open < 0 || closeAt < open {
+		if open < 0 || closeAt < open || strings.Count(part, "[") > 1 {
+			// No range, or several (rack[1-2]-n[1-4]): left as it is;
+			// Slurm.hostnames asks scontrol for those.
 			if part != "" {
 				out = append(out, part)
 			}

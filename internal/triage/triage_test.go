@@ -244,6 +244,7 @@ func TestExpandHostlist(t *testing.T) {
 		"gpu-[01-03,07],login1": "gpu-01,gpu-02,gpu-03,gpu-07,login1",
 		"fc-node1":              "fc-node1",
 		"a[8-10]b":              "a8b,a9b,a10b",
+		"r[1-2]-n[1-2]":         "r[1-2]-n[1-2]", // several ranges: scontrol's to expand
 		"":                      "",
 	} {
 		if got := strings.Join(ExpandHostlist(in), ","); got != want {
