@@ -6,9 +6,13 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/console"
@@ -210,6 +214,51 @@ func consoleNotFound(err error) error {
 	if errors.Is(err, sweep.ErrNotFound) || errors.Is(err, rollout.ErrNotFound) || errors.Is(err, burnin.ErrNotFound) ||
 		errors.Is(err, drill.ErrNotFound) {
 		return fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	}
+	return err
+}
+
+func (c consoleSource) Remediations() console.Remediations {
+	if c.s.camp == nil || c.s.camp.remed == nil {
+		return nil
+	}
+	return consoleRemediations{svc: &remediationService{c: c.s.camp}}
+}
+
+// consoleRemediations reads the ladder as RemediationService does, and
+// approves and cancels through the service's own methods: the same
+// checks and audit as `fleetcheck remediation approve|cancel`.
+type consoleRemediations struct{ svc *remediationService }
+
+func (k consoleRemediations) Mode() remediation.Mode { return k.svc.c.remed.Mode() }
+
+func (k consoleRemediations) List(ctx context.Context, node string, state remediation.State) ([]remediation.Remediation, error) {
+	return k.svc.c.remed.List(ctx, node, state)
+}
+
+func (k consoleRemediations) Get(ctx context.Context, id string) (remediation.Remediation, error) {
+	x, err := k.svc.c.remed.Get(ctx, id)
+	if errors.Is(err, remediation.ErrNotFound) {
+		return x, fmt.Errorf("%w: %w", store.ErrNotFound, err)
+	}
+	return x, err
+}
+
+func (k consoleRemediations) Approve(ctx context.Context, id string) error {
+	_, err := k.svc.RemediationApprove(ctx, &pb.RemediationRef{Id: id})
+	return consoleRPCErr(err)
+}
+
+func (k consoleRemediations) Cancel(ctx context.Context, id, reason string) error {
+	_, err := k.svc.RemediationCancel(ctx, &pb.RemediationRef{Id: id, Reason: reason})
+	return consoleRPCErr(err)
+}
+
+// consoleRPCErr marks a service method's NotFound as the store's, so the
+// console answers 404 (any other refusal is its 409).
+func consoleRPCErr(err error) error {
+	if err != nil && status.Code(err) == codes.NotFound {
+		return fmt.Errorf("%w: %s", store.ErrNotFound, status.Convert(err).Message())
 	}
 	return err
 }

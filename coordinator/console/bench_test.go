@@ -52,6 +52,7 @@ func (s storeSource) Events(ctx context.Context, q store.EventQuery) ([]store.Ev
 }
 func (storeSource) Baselines() baselines.Finder { return nil }
 func (storeSource) Campaigns() Campaigns        { return nil }
+func (storeSource) Remediations() Remediations  { return nil }
 
 var (
 	seedOnce sync.Once

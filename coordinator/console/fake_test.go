@@ -3,12 +3,14 @@ package console
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/authz"
@@ -25,6 +27,8 @@ type fakeSource struct {
 	results  map[string][]store.StoredCheck
 	controls []string // "actor kind id action reason"
 	camps    bool
+	remeds   []remediation.Remediation // newest first
+	remedOff bool
 }
 
 func fakeFleet(n int) *fakeSource {
@@ -140,4 +144,100 @@ func (f *fakeSource) controlled() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.controls...)
+}
+
+func (f *fakeSource) Remediations() Remediations {
+	if f.remedOff {
+		return nil
+	}
+	return fakeRemediations{f}
+}
+
+// withRemediations gives the fake three remediations of gpu-00001 (a
+// shadow GPU reset, a replace waiting on its RMA, a done reboot) and one
+// of gpu-00002, in shadow mode.
+func (f *fakeSource) withRemediations() *fakeSource {
+	t0 := time.Date(2026, 1, 2, 3, 30, 0, 0, time.UTC)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.remeds = []remediation.Remediation{
+		{ID: "rem-4", Node: "gpu-00002", Component: "mlx5_0/1", Step: "reseat", Ladder: []string{"reseat", "replace"}, State: remediation.StateShadow,
+			Mode: remediation.ModeShadow, Reason: "shadow mode: recorded, not run", Would: []string{"drain gpu-00002", "wait for hands: reseat mlx5_0/1"},
+			Trigger: remediation.Trigger{Node: "gpu-00002", Component: "mlx5_0/1", Step: "reseat", Code: "IB_PORT_DOWN", Source: "finding", At: t0}, CreatedAt: t0, UpdatedAt: t0},
+		{ID: "rem-3", Node: "gpu-00001", Component: "GPU3", Step: "reset_gpu", Ladder: []string{"reset_gpu", "reboot", "replace"}, State: remediation.StateShadow,
+			Mode: remediation.ModeShadow, Reason: "shadow mode: recorded, not run", Would: []string{"drain gpu-00001", "run action gpu-reset (gpu=3)", "verify: passive checks and all_reduce"},
+			Trigger:   remediation.Trigger{Node: "gpu-00001", Component: "GPU3", Step: "reset_gpu", Code: "XID_79", Source: "finding", Reason: "gpu.xid: GPU3 XID_79", At: t0},
+			CreatedAt: t0, UpdatedAt: t0, Events: []remediation.Event{{At: t0, Node: "gpu-00001", What: "opened in shadow mode"}}},
+		{ID: "rem-2", Node: "gpu-00001", Component: "GPU1", Step: "replace", Ladder: []string{"reset_gpu", "reboot", "replace"}, Rung: 2, State: remediation.StateRMA,
+			Mode: remediation.ModeAuto, Drained: true, Reason: "replace: RMA rma-2 opened", Recurs: "rem-1",
+			RMA: &remediation.RMA{ID: "rma-2", Attempts: 3, LastErr: "rma webhook: 503 Service Unavailable", Evidence: remediation.Evidence{Node: "gpu-00001", Component: "GPU1",
+				Findings: []string{"gpu.ecc: GPU1 ECC_UNCORRECTABLE"}, Serials: []remediation.Part{{Component: "GPU1", Model: "H100", Serial: "1650923012345"}},
+				Bundle: "/var/lib/fleetcheck/bundles/gpu-00001.tar.gz", Opened: t0}},
+			CreatedAt: t0.Add(-time.Hour), UpdatedAt: t0},
+		{ID: "rem-1", Node: "gpu-00001", Component: "GPU1", Step: "reboot", Ladder: []string{"reset_gpu", "reboot", "replace"}, Rung: 1, State: remediation.StateDone,
+			Mode: remediation.ModeAuto, Reason: "verified: back in service", CreatedAt: t0.Add(-2 * time.Hour), UpdatedAt: t0.Add(-2 * time.Hour)},
+	}
+	return f
+}
+
+type fakeRemediations struct{ f *fakeSource }
+
+func (fakeRemediations) Mode() remediation.Mode { return remediation.ModeShadow }
+
+func (k fakeRemediations) List(_ context.Context, node string, state remediation.State) ([]remediation.Remediation, error) {
+	k.f.mu.Lock()
+	defer k.f.mu.Unlock()
+	var out []remediation.Remediation
+	for _, r := range k.f.remeds {
+		if (node == "" || r.Node == node) && (state == "" || r.State == state) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func (k fakeRemediations) Get(_ context.Context, id string) (remediation.Remediation, error) {
+	k.f.mu.Lock()
+	defer k.f.mu.Unlock()
+	for _, r := range k.f.remeds {
+		if r.ID == id {
+			return r, nil
+		}
+	}
+	return remediation.Remediation{}, fmt.Errorf("%w: %w: %s", store.ErrNotFound, remediation.ErrNotFound, id)
+}
+
+// act moves a remediation as the engine would, recording the caller as
+// the service audits it: "actor remediation id action reason".
+func (k fakeRemediations) act(ctx context.Context, id, action, reason string, fn func(*remediation.Remediation) error) error {
+	caller, _ := authz.IdentityFrom(ctx)
+	k.f.mu.Lock()
+	defer k.f.mu.Unlock()
+	k.f.controls = append(k.f.controls, strings.TrimSpace(fmt.Sprintf("%s remediation %s %s %s", caller.Actor(), id, action, reason)))
+	for i := range k.f.remeds {
+		if k.f.remeds[i].ID == id {
+			return fn(&k.f.remeds[i])
+		}
+	}
+	return fmt.Errorf("%w: %s", store.ErrNotFound, id)
+}
+
+func (k fakeRemediations) Approve(ctx context.Context, id string) error {
+	return k.act(ctx, id, "approve", "", func(r *remediation.Remediation) error {
+		if r.State != remediation.StateShadow {
+			return fmt.Errorf("%w: %s is %s", remediation.ErrState, r.ID, r.State)
+		}
+		r.State, r.Mode, r.Would = remediation.StateDraining, remediation.ModeAuto, nil
+		return nil
+	})
+}
+
+func (k fakeRemediations) Cancel(ctx context.Context, id, reason string) error {
+	return k.act(ctx, id, "cancel", reason, func(r *remediation.Remediation) error {
+		if r.State.Final() {
+			return fmt.Errorf("%w: %s is already %s", remediation.ErrState, r.ID, r.State)
+		}
+		r.State = remediation.StateCancelled
+		return nil
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 )
@@ -57,6 +58,11 @@ type nodeView struct {
 	Measurements []measurement
 	Events       []store.Event
 	Drains       []store.Event
+	// Remediations are the node's newest (RemedOn: the coordinator runs
+	// the ladder); RemedMore counts those not listed.
+	Remediations []remediation.Remediation
+	RemedOn      bool
+	RemedMore    int
 	Now          time.Time
 }
 
@@ -135,6 +141,15 @@ func (s *Server) node(w http.ResponseWriter, r *http.Request, id who) error {
 			e.Kind == store.EventStateChange && strings.Contains(e.Message, "drain") {
 			v.Drains = append(v.Drains, e)
 		}
+	}
+	if rs := src.Remediations(); rs != nil {
+		all, err := rs.List(ctx, n.Name, "")
+		if err != nil {
+			return err
+		}
+		v.RemedOn = true
+		v.Remediations = all[:min(len(all), nodeRemediation)]
+		v.RemedMore = len(all) - len(v.Remediations)
 	}
 	s.render(w, r, "node", n.Name, &v, id)
 	return nil

@@ -34,6 +34,9 @@ func (s *Server) routes() {
 	m.Handle("GET /campaigns/{kind}/{id}", s.auth(s.campaign))
 	m.Handle("GET /campaigns/burnin/{id}/report.html", s.auth(s.burninReport))
 	m.Handle("POST /campaigns/{kind}/{id}/{action}", s.auth(s.control))
+	m.Handle("GET /remediations", s.auth(s.remediations))
+	m.Handle("GET /remediations/{id}", s.auth(s.remediationPage))
+	m.Handle("POST /remediations/{id}/{action}", s.auth(s.remediationControl))
 	m.Handle("GET /events", s.auth(s.events))
 	s.mux = http.NewServeMux()
 	s.mux.Handle("/", s.refuseNonOperators(m))
@@ -136,6 +139,7 @@ type pages struct {
 
 var funcs = template.FuncMap{
 	"ago":    ago,
+	"add":    func(a, b int) int { return a + b },
 	"stamp":  stamp,
 	"q":      query,
 	"pct":    func(a, b int) int { return int(float64(a) * 100 / float64(max(b, 1))) },
@@ -150,7 +154,7 @@ var funcs = template.FuncMap{
 
 func loadPages() (*pages, error) {
 	p := &pages{sets: map[string]*template.Template{}}
-	for _, name := range []string{"fleet", "node", "campaigns", "campaign", "events", "login", "error"} {
+	for _, name := range []string{"fleet", "node", "campaigns", "campaign", "remediations", "remediation", "events", "login", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(pagesFS, "web/layout.html", "web/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("page %s: %w", name, err)

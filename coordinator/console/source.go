@@ -7,6 +7,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
@@ -26,6 +27,8 @@ type Source interface {
 	Baselines() baselines.Finder
 	// Campaigns is nil when the coordinator runs no campaigns.
 	Campaigns() Campaigns
+	// Remediations is nil when the coordinator runs no remediation ladder.
+	Remediations() Remediations
 }
 
 // Campaigns is the campaign engines as the operator service reads them.
@@ -62,3 +65,21 @@ func Actions(kind string) []string {
 
 // ErrUnknownAction is wrapped by Control for an action Actions does not list.
 var ErrUnknownAction = errors.New("unknown campaign action")
+
+// Remediations is the remediation ladder as the operator service reads
+// it. Approve and Cancel go through RemediationService's own methods, as
+// the CLI's RPCs do: authorized there for the caller in ctx
+// (authz.WithIdentity) and audited (remediation.approve,
+// remediation.cancel) before the engine acts. An unknown id is an error
+// wrapping store.ErrNotFound; an action the remediation's state does not
+// take is another error (answered 409).
+type Remediations interface {
+	// Mode is the engine's: shadow (records what it would do) or auto.
+	Mode() remediation.Mode
+	// List is the remediations, newest first: all, or of node, or in state.
+	List(ctx context.Context, node string, state remediation.State) ([]remediation.Remediation, error)
+	// Get is one remediation with its transitions.
+	Get(ctx context.Context, id string) (remediation.Remediation, error)
+	Approve(ctx context.Context, id string) error
+	Cancel(ctx context.Context, id, reason string) error
+}
