@@ -262,3 +262,8 @@ func consoleRPCErr(err error) error {
 	}
 	return err
 }
+
+// ConsoleSource is what the console reads, in process: for a second
+// console beside the configured one (the browser suite serves a
+// read-only one from it).
+func (s *Server) ConsoleSource() console.Source { return consoleSource{s} }

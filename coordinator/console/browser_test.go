@@ -52,6 +52,8 @@ type stage struct {
 	srv     *coordinator.Server
 	console string // its URL
 	logs    *syncBuf
+	certs   pki.Files // the coordinator's
+	tokens  string    // the console's token file
 }
 
 type syncBuf struct {
@@ -104,7 +106,9 @@ func newStage(t *testing.T) *stage {
 		}
 	})
 	cert, key, caf := st.files(filepath.Join(st.dir, "coordinator"), pki.KindCoordinator, "main", net.ParseIP("127.0.0.1"))
+	st.certs = pki.Files{CertFile: cert, KeyFile: key, CAFile: caf}
 	tokens := filepath.Join(st.dir, "console.tokens")
+	st.tokens = tokens
 	if err := os.WriteFile(tokens, []byte("browser "+token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -301,25 +305,30 @@ func (b *browser) poll(t testing.TB, what, expr string, within time.Duration) {
 	t.Fatalf("waiting for %s: %v", what, err)
 }
 
-func (b *browser) eval(t testing.TB, expr string) string {
+func (b *browser) eval(t testing.TB, expr string, opts ...chromedp.EvaluateOption) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr, opts...))
 	if err != nil {
 		t.Fatalf("evaluate %s: %v", expr, err)
 	}
 	return v
 }
 
+// takeErrors returns the console errors since the last call.
+func (b *browser) takeErrors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	errs := b.errors
+	b.errors = nil
+	return errs
+}
+
 // noErrors fails the test for any console error since the last call.
 func (b *browser) noErrors(t testing.TB, page string) {
 	t.Helper()
-	b.mu.Lock()
-	errs := b.errors
-	b.errors = nil
-	b.mu.Unlock()
-	for _, e := range errs {
+	for _, e := range b.takeErrors() {
 		t.Errorf("%s: console error: %s", page, e)
 	}
 }
@@ -475,4 +484,106 @@ who: browser-test
 		b.noErrors(t, "/events")
 		b.shot(t, "events")
 	})
+
+	// Last: it drains gpu-003 and signs in on a second console.
+	t.Run("remediation", func(t *testing.T) { testRemediation(t, st, b) })
+}
+
+// testRemediation: the port taken down on gpu-003 (a reseat finding) is a
+// shadow remediation, listed from the node page and shown live; a
+// read-only console shows it without approve and refuses a POST; the
+// signed-in operator approves it and cancels it from its page, and both
+// are in the audit log under the operator's name.
+func testRemediation(t *testing.T, st *stage, b *browser) {
+	base := st.console
+	b.do(t, "node page", 20*time.Second, chromedp.Navigate(base+"/nodes/gpu-003"), chromedp.WaitVisible(`#node-remediations`),
+		chromedp.Click(`#node-remediations`))
+	b.poll(t, "gpu-003's shadow reseat on the remediation list", `location.pathname === "/remediations" && location.search.includes("node=gpu-003") &&
+		!!document.querySelector('#remediations tr[data-state="shadow"]')`, agentPass+10*time.Second)
+	id := b.eval(t, `document.querySelector('#remediations tr[data-state="shadow"]').dataset.remediation`)
+	if got := b.eval(t, `document.querySelector("#mode").textContent`); !strings.Contains(got, "shadow") {
+		t.Errorf("the list does not say the mode: %q", got)
+	}
+	if got := b.eval(t, `document.querySelector('#remediations tr[data-state="shadow"]').textContent`); !strings.Contains(got, "mlx5_4/1") || !strings.Contains(got, "would:") {
+		t.Errorf("the shadow row: %q", got)
+	}
+	b.noErrors(t, "/remediations?node=gpu-003")
+	b.shot(t, "remediations")
+
+	t.Run("a read-only console refuses approve", func(t *testing.T) {
+		ro, err := readOnlyConsole(t, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.do(t, "sign in (read-only)", 20*time.Second, chromedp.Navigate(ro+"/login?next=/remediations/"+id), chromedp.WaitVisible(`input[name=token]`),
+			chromedp.SendKeys(`input[name=token]`, token), chromedp.Submit(`input[name=token]`), chromedp.WaitVisible(`#remed-state`))
+		if n := b.eval(t, `String(document.querySelectorAll("button[data-action]").length)`); n != "0" {
+			t.Errorf("a read-only console shows %s action buttons", n)
+		}
+		if got := b.eval(t, `document.querySelector("#read-only") ? document.querySelector("#read-only").textContent : ""`); !strings.Contains(got, "fleetcheck remediation approve "+id) {
+			t.Errorf("no read-only note naming the CLI: %q", got)
+		}
+		b.noErrors(t, ro+"/remediations/"+id)
+		got := b.eval(t, `fetch("/remediations/`+id+`/approve", {method: "POST", headers: {"Content-Type": "application/x-www-form-urlencoded"}, body: "csrf=x"})
+			.then(r => r.text().then(t => r.status + " " + t))`, chromedp.EvalAwaitPromise)
+		if !strings.HasPrefix(got, "403 ") || !strings.Contains(got, "console.actions: false") {
+			t.Errorf("POST approve on a read-only console: %.300q", got)
+		}
+		for _, e := range b.takeErrors() { // the refused POST, as the browser logs it
+			if !strings.Contains(e, "403") {
+				t.Errorf("console error: %s", e)
+			}
+		}
+	})
+
+	// The read-only console's sign-in took the cookie (same host): sign in again.
+	b.do(t, "sign in", 20*time.Second, chromedp.Navigate(base+"/login?next=/remediations/"+id), chromedp.WaitVisible(`input[name=token]`),
+		chromedp.SendKeys(`input[name=token]`, token), chromedp.Submit(`input[name=token]`), chromedp.WaitVisible(`button[data-action=approve]`))
+	if got := b.eval(t, `document.querySelector("#remed-state").textContent + " " + document.querySelector("#remed-mode").textContent`); got != "shadow shadow" {
+		t.Errorf("before approve (the read-only POST must have changed nothing): %q", got)
+	}
+	if got := b.eval(t, `document.querySelector("#would").textContent`); !strings.Contains(got, "would: drain gpu-003") {
+		t.Errorf("no would: %q", got)
+	}
+	b.do(t, "approve", 20*time.Second, chromedp.Click(`button[data-action=approve]`))
+	b.poll(t, "the approved remediation", `!!document.querySelector("#flash") && document.querySelector("#remed-state").textContent !== "shadow" &&
+		document.querySelector("#remed-mode").textContent === "auto"`, 10*time.Second)
+	b.noErrors(t, "/remediations/"+id+" (approved)")
+	b.shot(t, "remediation")
+
+	b.do(t, "cancel", 20*time.Second, chromedp.WaitVisible(`button[data-action=cancel]`), chromedp.SendKeys(`form[action$="/cancel"] input[name=reason]`, "port reseated by hand"),
+		chromedp.Click(`button[data-action=cancel]`))
+	b.poll(t, "the cancelled remediation", `!!document.querySelector("#remed-state") && document.querySelector("#remed-state").textContent === "cancelled"`, 10*time.Second)
+	if got := b.eval(t, `document.querySelector("#transitions").textContent`); !strings.Contains(got, "approved by browser") || !strings.Contains(got, "port reseated by hand (from the console)") {
+		t.Errorf("transitions: %.600q", got)
+	}
+	b.noErrors(t, "/remediations/"+id+" (cancelled)")
+
+	b.do(t, "audit log", 20*time.Second, chromedp.Navigate(base+"/events?kind=audit"), chromedp.WaitVisible(`#events`))
+	audit := b.eval(t, `Array.from(document.querySelectorAll("#events tr")).map(r => r.textContent).filter(t => t.includes("remediation.")).join("\n")`)
+	for _, want := range []string{"token:browserremediation.approve: " + id, "token:browserremediation.cancel: " + id + ": port reseated by hand (from the console)"} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("the audit log lacks %q:\n%s", want, audit)
+		}
+	}
+	b.noErrors(t, "/events")
+}
+
+// readOnlyConsole serves a second console of the same coordinator with
+// actions off, on 127.0.0.1, as an operator's read-only one would be.
+func readOnlyConsole(t *testing.T, st *stage) (string, error) {
+	certs, err := pki.NewReloader(st.certs, pki.ReloaderOptions{})
+	if err != nil {
+		return "", err
+	}
+	c, err := console.New(console.Config{Listen: "127.0.0.1:0", TokenFile: st.tokens, Refresh: refresh},
+		console.Options{Source: st.srv.ConsoleSource(), TrustDomain: td, Certs: certs, Logger: zerolog.Nop()})
+	if err != nil {
+		return "", err
+	}
+	if err := c.Start(); err != nil {
+		return "", err
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return strings.TrimSuffix(c.URL(), "/"), nil
 }
