@@ -286,13 +286,15 @@ func (c *campaigns) leader(ctx context.Context) (*term, error) {
 	cur, err := c.lease.Current(ctx)
 	switch {
 	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "not the leader, and the lease cannot be read: %v", err)
+		return nil, leader.NoLeaderError(fmt.Sprintf("not the leader, and the lease cannot be read: %v", err))
 	case !cur.Valid || cur.Holder == c.lease.Holder():
-		return nil, status.Error(codes.Unavailable, "not the leader; no leader now (an election is under way): retry in a few seconds")
+		return nil, leader.NoLeaderError("not the leader; no leader now (an election is under way): retry in a few seconds")
 	}
-	return nil, status.Errorf(codes.FailedPrecondition, "%s%s", notLeaderPrefix, cur.Addr)
+	// The refusal carries the address as a detail too (leader.Refusal):
+	// the CLI retries there.
+	return nil, leader.NotLeaderError(cur.Addr)
 }
 
 // notLeaderPrefix starts a follower's refusal; the leader's address
-// follows (the CLI retries there).
-const notLeaderPrefix = "not the leader; the leader is "
+// follows.
+const notLeaderPrefix = leader.NotLeaderPrefix

@@ -17,7 +17,6 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	"github.com/fleetcheck/fleetcheck/baselines"
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
@@ -44,15 +43,11 @@ func (f *opFlags) campaignCall(formats []string, call func(context.Context, pb.C
 	if err != nil {
 		return err
 	}
-	opts, err := f.dialOptions()
+	cc, err := f.conn()
 	if err != nil {
 		return err
 	}
-	cc, err := grpc.NewClient(f.addr, opts...)
-	if err != nil {
-		return fmt.Errorf("coordinator %s: %w", f.addr, err)
-	}
-	defer func() { _ = cc.Close() }() // the call's own error is what is returned
+	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	if err := call(ctx, pb.NewCampaignServiceClient(cc)); err != nil {

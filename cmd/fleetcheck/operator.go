@@ -41,8 +41,14 @@ const (
 
 // opFlags are shared by the operator's verbs.
 type opFlags struct {
-	addr   string
-	output string
+	// coordinators is --coordinator: one address or a comma list.
+	coordinators string
+	addrs        []string // parsed by validate
+	// addr is the coordinator in use (errors name it); unreachable, the
+	// others of the list that could not be connected to.
+	addr        string
+	unreachable []string
+	output      string
 	// The operator's identity: an admin certificate (fleetcheck certs
 	// issue admin NAME), or an explicit --insecure for a plaintext
 	// coordinator.
@@ -61,7 +67,8 @@ func envOr(name, def string) string {
 
 func (f *opFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.addr, "coordinator", envOr(envCoordinator, defaultCoordinator), "coordinator gRPC address (default from $"+envCoordinator+", else "+defaultCoordinator+")")
+	fl.StringVar(&f.coordinators, "coordinator", envOr(envCoordinator, defaultCoordinator),
+		"coordinator gRPC address, or several comma-separated (tried in order; a follower's refusal is retried at the leader) (default from $"+envCoordinator+", else "+defaultCoordinator+")")
 	fl.StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	fl.StringVar(&f.cert, "cert", os.Getenv(envCert), "operator certificate, spiffe://TD/admin/NAME (default $"+envCert+")")
 	fl.StringVar(&f.key, "key", os.Getenv(envKey), "its private key (default $"+envKey+")")
@@ -75,9 +82,19 @@ func (f *opFlags) validate() error {
 	if f.output != "table" && f.output != "json" {
 		return fmt.Errorf("-o must be table or json, not %q", f.output)
 	}
-	if f.addr == "" {
+	return f.parseAddrs()
+}
+
+// parseAddrs reads --coordinator into f.addrs.
+func (f *opFlags) parseAddrs() error {
+	if strings.TrimSpace(f.coordinators) == "" {
 		return errors.New("--coordinator is empty")
 	}
+	addrs, err := parseCoordinators(f.coordinators)
+	if err != nil {
+		return err
+	}
+	f.addrs, f.addr = addrs, addrs[0]
 	return nil
 }
 
@@ -85,6 +102,19 @@ func (f *opFlags) validate() error {
 // coordinator: mutual TLS with the operator's certificate, or plaintext
 // only when asked for by name.
 func (f *opFlags) dialOptions() ([]grpc.DialOption, error) {
+	return f.dialOptionsFor(f.serverName, f.trustDomain, false)
+}
+
+// leaderDialOptions reach a leader a follower named: the same
+// credentials, the name checked against the leader's address (not
+// --server-name, which is for the addresses given), and its certificate
+// held to the trust domain (--trust-domain, else the operator
+// certificate's own).
+func (f *opFlags) leaderDialOptions() ([]grpc.DialOption, error) {
+	return f.dialOptionsFor("", f.trustDomain, true)
+}
+
+func (f *opFlags) dialOptionsFor(serverName, trustDomain string, needDomain bool) ([]grpc.DialOption, error) {
 	set := f.cert != "" || f.key != "" || f.ca != ""
 	switch {
 	case f.insecure && set:
@@ -99,7 +129,14 @@ func (f *opFlags) dialOptions() ([]grpc.DialOption, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds, err := pki.ClientCredentials(pki.ClientOptions{Reloader: r, ServerName: f.serverName, TrustDomain: f.trustDomain})
+	if trustDomain == "" && needDomain {
+		id, err := pki.ParseIdentity(r.Leaf())
+		if err != nil {
+			return nil, errNoTrustDomain
+		}
+		trustDomain = id.TrustDomain
+	}
+	creds, err := pki.ClientCredentials(pki.ClientOptions{Reloader: r, ServerName: serverName, TrustDomain: trustDomain})
 	if err != nil {
 		return nil, err
 	}
@@ -110,16 +147,12 @@ func (f *opFlags) client() (pb.OperatorServiceClient, func(), error) {
 	if err := f.validate(); err != nil {
 		return nil, nil, err
 	}
-	opts, err := f.dialOptions()
+	c, err := f.conn()
 	if err != nil {
 		return nil, nil, err
 	}
-	cc, err := grpc.NewClient(f.addr, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("coordinator %s: %w", f.addr, err)
-	}
 	// Closed after the call: the call's own error is what is returned.
-	return pb.NewOperatorServiceClient(cc), func() { _ = cc.Close() }, nil
+	return pb.NewOperatorServiceClient(c), c.Close, nil
 }
 
 // rpcError says what went wrong in one line, without gRPC's wrapping. A
@@ -130,12 +163,16 @@ func (f *opFlags) rpcError(err error) error {
 		return err
 	}
 	if st, ok := status.FromError(err); ok {
+		also := ""
+		if len(f.unreachable) > 0 {
+			also = fmt.Sprintf(" (%s unreachable too)", strings.Join(f.unreachable, ", "))
+		}
 		if st.Code() == codes.Unavailable {
 			if why := f.diagnose(context.Background()); why != "" {
-				return fmt.Errorf("coordinator %s: %s", f.addr, why)
+				return fmt.Errorf("coordinator %s: %s%s", f.addr, why, also)
 			}
 		}
-		return fmt.Errorf("coordinator %s: %s: %s", f.addr, codeWords(st.Code().String()), st.Message())
+		return fmt.Errorf("coordinator %s: %s: %s%s", f.addr, codeWords(st.Code().String()), st.Message(), also)
 	}
 	return fmt.Errorf("coordinator %s: %w", f.addr, err)
 }

@@ -4,12 +4,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/internal/escalate"
@@ -21,15 +19,11 @@ func (f *opFlags) remediationCall(call func(context.Context, pb.RemediationServi
 	if err := f.validate(); err != nil {
 		return err
 	}
-	opts, err := f.dialOptions()
+	cc, err := f.conn()
 	if err != nil {
 		return err
 	}
-	cc, err := grpc.NewClient(f.addr, opts...)
-	if err != nil {
-		return fmt.Errorf("coordinator %s: %w", f.addr, err)
-	}
-	defer func() { _ = cc.Close() }() // the call's own error is what is returned
+	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	if err := call(ctx, pb.NewRemediationServiceClient(cc)); err != nil {
