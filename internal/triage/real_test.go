@@ -2,6 +2,7 @@ package triage
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,4 +200,43 @@ func hasEntry(tl []Entry, kind, detail string) bool {
 func xid79(at time.Time) report.Finding {
 	return report.Finding{Severity: report.SevFail, Component: "GPU3", PCIBusID: "0000:9B:00.0", Code: "XID_79", Action: report.ActionReboot,
 		Message: "Xid 79 (GPU has fallen off the bus) 1 time at " + at.UTC().Format(time.RFC3339) + ": GPU has fallen off the bus.; NVIDIA: RESTART_BM"}
+}
+
+// TestRealSlurmAccounting: the same with slurmdbd over a real MariaDB, so
+// plain sacct answers from the accounting database, job steps and all.
+func TestRealSlurmAccounting(t *testing.T) {
+	c := slurmtest.Start(t, slurmtest.Config{Accounting: true})
+	ctx := context.Background()
+	node := slurmtest.NodeName
+	since := time.Now().Add(-time.Hour)
+	bad := c.Submit("exit 3")
+	bin := t.TempDir()
+	path, err := exec.LookPath("sacct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(path, filepath.Join(bin, "sacct")); err != nil {
+		t.Fatal(err)
+	}
+	// sacct alone: what the database says, not slurmctld.
+	s := Slurm{Bin: bin, Env: c.Env, Timeout: 20 * time.Second}
+	var jobs []Job
+	testwait.For(t, 60*time.Second, "job "+bad+" FAILED in the accounting database", func() (bool, string) {
+		var notes []string
+		jobs, notes, err = s.Jobs(ctx, node, bad, since)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(jobs) == 1 && jobs[0].Ended(), fmt.Sprintf("%+v %v", jobs, notes)
+	})
+	if j := jobs[0]; j.BaseState() != "FAILED" || j.ExitCode != "3:0" || j.From != "sacct" || !contains(j.Nodes, node) || j.Start.IsZero() {
+		t.Fatalf("job = %+v", j)
+	}
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		writeFixture(t, "sacct-slurmdbd.txt", c.MustRun("sacct", "--parsable2", "--format", strings.Join(SacctFields, ","), "-j", bad))
+	}
+	rep := Build(Input{Node: node, Job: bad, Jobs: jobs})
+	if rep.Bucket != Application || rep.Rule != "job state FAILED without a hardware fault" {
+		t.Fatalf("bucket %s by %q: %s", rep.Bucket, rep.Rule, rep.Reason)
+	}
 }

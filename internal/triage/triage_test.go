@@ -210,6 +210,19 @@ func TestParseSacct(t *testing.T) {
 			t.Fatalf("sacct --completion jobs = %v, want %v", states, wantStates)
 		}
 	}
+	// What the real sacct printed from slurmdbd (TestRealSlurmAccounting's
+	// capture, without -X): the batch step is left out.
+	data, err = os.ReadFile("testdata/sacct-slurmdbd.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = ParseSacct(string(data), time.UTC, "sacct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != "1" || got[0].BaseState() != "FAILED" || got[0].ExitCode != "3:0" || got[0].Start.IsZero() {
+		t.Fatalf("sacct from slurmdbd = %+v", got)
+	}
 	if _, err := ParseSacct("1|2|3\n", time.UTC, "sacct"); err == nil {
 		t.Fatal("a header without JobID parsed")
 	}

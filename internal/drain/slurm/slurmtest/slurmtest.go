@@ -38,8 +38,13 @@ type Config struct {
 	Prolog, Epilog string
 	// JobCompletion keeps a job completion log (jobcomp/filetxt, at
 	// Cluster.JobCompLoc), which `sacct --completion` reads without
-	// slurmdbd: the cluster has no accounting database.
+	// slurmdbd.
 	JobCompletion bool
+	// Accounting runs slurmdbd over its own MariaDB server (on loopback,
+	// in the cluster's directory), so plain `sacct` answers from the
+	// accounting database. Without mariadbd or slurmdbd the test skips
+	// loudly (fails under CI=true).
+	Accounting bool
 }
 
 // Cluster is a running test cluster.
@@ -55,9 +60,14 @@ type Cluster struct {
 
 	t     testing.TB
 	procs []*exec.Cmd
+	// daemons are the extra daemons whose logs a failed test shows.
+	daemons []string
 }
 
-const install = "apt-get install slurmctld slurmd slurm-client munge"
+const (
+	install           = "apt-get install slurmctld slurmd slurm-client munge"
+	installAccounting = "apt-get install slurmdbd mariadb-server mariadb-client"
+)
 
 // Start starts munged, slurmctld and slurmd and waits until the node is up
 // and idle. Everything stops when the test ends.
@@ -65,6 +75,11 @@ func Start(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
 	for _, tool := range []string{"munged", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sbatch", "scancel"} {
 		needs.Tool(t, tool, install)
+	}
+	if cfg.Accounting {
+		for _, tool := range []string{"mariadb-install-db", "mariadbd", "mariadb", "slurmdbd", "sacctmgr", "sacct"} {
+			needs.Tool(t, tool, installAccounting)
+		}
 	}
 	needs.Root(t, "slurmd starts jobs as their owner and slurmctld checks it")
 	u, err := user.Current()
@@ -120,9 +135,13 @@ func Start(t testing.TB, cfg Config) *Cluster {
 		return err == nil, c.logTail("munged")
 	})
 
-	ports := freePorts(t, 2)
+	ports := freePorts(t, 4) // slurmctld, slurmd, mariadbd, slurmdbd
 	if err := os.WriteFile(c.Conf, []byte(conf(dir, socket, u.Username, ports, cfg)), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Accounting {
+		c.daemons = append(c.daemons, "mariadbd", "slurmdbd")
+		c.startAccounting(socket, u.Username, ports[2], ports[3])
 	}
 	c.start("slurmctld", "slurmctld", "-D", "-i")
 	c.start("slurmd", "slurmd", "-D", "-N", NodeName)
@@ -160,7 +179,16 @@ func conf(dir, socket, slurmUser string, ports []int, cfg Config) string {
 	line("ProctrackType=proctrack/linuxproc")
 	line("TaskPlugin=task/none")
 	line("JobAcctGatherType=jobacct_gather/none")
-	line("AccountingStorageType=accounting_storage/none")
+	if cfg.Accounting {
+		line("AccountingStorageType=accounting_storage/slurmdbd")
+		line("AccountingStorageHost=127.0.0.1")
+		line("AccountingStoragePort=%d", ports[3])
+		// For auth/munge this names the munge socket of the connections
+		// to slurmdbd (AuthInfo covers the others).
+		line("AccountingStoragePass=%s", socket)
+	} else {
+		line("AccountingStorageType=accounting_storage/none")
+	}
 	if cfg.JobCompletion {
 		line("JobCompType=jobcomp/filetxt")
 		line("JobCompLoc=%s/log/jobcomp.txt", dir)
@@ -188,6 +216,67 @@ func conf(dir, socket, slurmUser string, ports []int, cfg Config) string {
 	line("NodeName=%s NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=1 RealMemory=64 State=UNKNOWN", NodeName)
 	line("PartitionName=debug Nodes=%s Default=YES MaxTime=INFINITE State=UP", NodeName)
 	return b.String()
+}
+
+// dbPassword is the test database user's; the server listens on
+// loopback only and lives as long as the test.
+const dbPassword = "fleetcheck-test"
+
+// startAccounting starts a MariaDB server of the cluster's own (data
+// directory, socket and a loopback port under Dir) and slurmdbd over it,
+// and registers the cluster, before slurmctld starts.
+func (c *Cluster) startAccounting(mungeSocket, slurmUser string, dbPort, dbdPort int) {
+	c.t.Helper()
+	data := filepath.Join(c.Dir, "mysql", "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	if out, err := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+data, "--user=root",
+		"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput(); err != nil {
+		c.t.Fatalf("mariadb-install-db: %v\n%s", err, out)
+	}
+	sock := filepath.Join(c.Dir, "mysql", "mysqld.sock")
+	c.start("mariadbd", "mariadbd", "--no-defaults", "--datadir="+data, "--socket="+sock,
+		"--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", dbPort), "--user=root", "--skip-name-resolve",
+		"--pid-file="+filepath.Join(c.Dir, "mysql", "mysqld.pid"), "--log-error="+filepath.Join(c.Dir, "log", "mariadbd.log"))
+	sql := fmt.Sprintf("CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '%s'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';", dbPassword)
+	testwait.For(c.t, 60*time.Second, "mariadbd answering", func() (bool, string) {
+		out, err := exec.Command("mariadb", "--no-defaults", "--socket="+sock, "-u", "root", "-e", sql).CombinedOutput()
+		return err == nil, string(out) + c.logTail("mariadbd")
+	})
+
+	// slurmdbd reads slurmdbd.conf beside SLURM_CONF's slurm.conf, and
+	// only if its owner alone can read it.
+	var b strings.Builder
+	for _, l := range []string{
+		"AuthType=auth/munge",
+		"AuthInfo=socket=" + mungeSocket,
+		"DbdHost=localhost",
+		"DbdAddr=127.0.0.1",
+		fmt.Sprintf("DbdPort=%d", dbdPort),
+		"SlurmUser=" + slurmUser,
+		"PidFile=" + filepath.Join(c.Dir, "slurmdbd.pid"),
+		"LogFile=" + filepath.Join(c.Dir, "log", "slurmdbd.log"),
+		"StorageType=accounting_storage/mysql",
+		"StorageHost=127.0.0.1",
+		fmt.Sprintf("StoragePort=%d", dbPort),
+		"StorageUser=slurm",
+		"StoragePass=" + dbPassword,
+		"StorageLoc=slurm_acct_db",
+	} {
+		b.WriteString(l + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, "slurmdbd.conf"), []byte(b.String()), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	c.start("slurmdbd", "slurmdbd", "-D")
+	testwait.For(c.t, 60*time.Second, "slurmdbd taking the cluster", func() (bool, string) {
+		out, err := c.Run("sacctmgr", "-i", "add", "cluster", "fleetchecktest")
+		if err == nil || strings.Contains(out, "already exists") {
+			return true, ""
+		}
+		return false, err.Error() + "\n" + c.logTail("slurmdbd")
+	})
 }
 
 // freePorts picks n free loopback ports. They are closed again before
@@ -255,7 +344,7 @@ func (c *Cluster) stop() {
 		}
 	}
 	if c.t.Failed() {
-		for _, n := range []string{"munged", "slurmctld", "slurmd"} {
+		for _, n := range append([]string{"munged", "slurmctld", "slurmd"}, c.daemons...) {
 			c.t.Logf("%s", c.logTail(n))
 		}
 	}
