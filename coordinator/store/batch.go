@@ -165,7 +165,8 @@ func prepareInventory(inv *report.Inventory) (*preparedInventory, error) {
 
 // invCache remembers, per node, the inventory last written to nodes and
 // the hash of its newest history row, so that an unchanged inventory costs
-// no statement. It is right only while every write of a node's inventory
+// no statement. Each writer has its own, for the nodes it stores
+// (Store.shard). It is right only while every write of a node's inventory
 // goes through it: the writer (commitTx) and NodeJoined hold mu from before
 // their transaction until they have recorded what it committed.
 type invCache struct {
@@ -186,33 +187,46 @@ type storedRow struct {
 
 // commitTx writes a batch in one transaction: results already stored get
 // their original ack (or a conflict, when another node owns the id), copies
-// within the batch are left to commit, the rest is written.
-func (s *Store) commitTx(batch []*ingestReq, stored time.Time) error {
+// within the batch are left to commit, the rest is written. inv is the
+// writer's cache. A transaction PostgreSQL aborted as a deadlock or a
+// serialization failure (another coordinator's, or another writer's over
+// a result id two nodes sent) is tried again, whole.
+func (s *Store) commitTx(inv *invCache, batch []*ingestReq, stored time.Time) error {
 	ctx := context.Background() // a batch is committed whole, whoever stopped waiting
-	s.inv.mu.Lock()
-	defer s.inv.mu.Unlock()
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
 	var seen map[string]invSeen
-	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
-		for _, req := range batch { // a fenced or failed try leaves no half answers
-			req.ack, req.err, req.dupOf = Ack{}, nil, -1
+	var err error
+	for try := 1; ; try++ {
+		err = s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+			for _, req := range batch { // a fenced or failed try leaves no half answers
+				req.ack, req.err, req.dupOf = Ack{}, nil, -1
+			}
+			var err error
+			seen, err = s.writeBatch(ctx, tx, inv, batch, stored.UnixMilli())
+			return err
+		})
+		if err == nil || try == maxCommitTries || !sqldb.Retryable(err) {
+			break
 		}
-		var err error
-		seen, err = s.writeBatch(ctx, tx, batch, stored.UnixMilli())
-		return err
-	})
+		s.log.Warn().Err(err).Int("try", try).Int("results", len(batch)).Msg("store: batch aborted by the database, trying again")
+	}
 	if err != nil {
 		return fmt.Errorf("store results: %w", err)
 	}
-	if s.inv.m == nil {
-		s.inv.m = make(map[string]invSeen, len(seen))
+	if inv.m == nil {
+		inv.m = make(map[string]invSeen, len(seen))
 	}
 	for node, v := range seen {
-		s.inv.m[node] = v
+		inv.m[node] = v
 	}
 	return nil
 }
 
-func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq, storedMS int64) (map[string]invSeen, error) {
+// maxCommitTries bounds the tries of one batch (commitTx).
+const maxCommitTries = 5
+
+func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, inv *invCache, batch []*ingestReq, storedMS int64) (map[string]invSeen, error) {
 	unique := make(map[string]bool, len(batch))
 	ids := make([]any, 0, len(batch))
 	for _, req := range batch {
@@ -331,7 +345,7 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, batch []*ingestReq
 	if err := execIn(ctx, tx, `UPDATE nodes SET has_full = 1 WHERE has_full = 0 AND name IN `, full); err != nil {
 		return nil, fmt.Errorf("mark full: %w", err)
 	}
-	return s.writeInventories(ctx, tx, fresh)
+	return writeInventories(ctx, tx, inv, fresh)
 }
 
 // newerRow is CheckState.Newer on stored columns.
@@ -393,8 +407,14 @@ func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingest
 		}
 		return fresh, nil
 	}
+	// In id order: two writers (or coordinators) inserting the same ids
+	// take their locks in one order, and wait for each other rather than
+	// deadlock.
+	byID := make([]*ingestReq, len(fresh))
+	copy(byID, fresh)
+	sort.Slice(byID, func(i, j int) bool { return byID[i].r.ID < byID[j].r.ID })
 	args := make([]any, 0, 9*len(fresh))
-	for _, req := range fresh {
+	for _, req := range byID {
 		args = append(args, resultRow(&req.r, storedMS)...)
 	}
 	q, err := tx.QueryContext(ctx, `INSERT INTO results (`+resultColumns+`) SELECT * FROM `+
@@ -558,8 +578,8 @@ func storedResults(ctx context.Context, tx *sqldb.Tx, ids []any) (map[string]sto
 // writeInventories records the inventories of the batch's new results, in
 // batch order: the node's current inventory, and a history row for each
 // change of identity. Unchanged inventories cost nothing. It returns what
-// the cache should know once the transaction commits; s.inv.mu is held.
-func (s *Store) writeInventories(ctx context.Context, tx *sqldb.Tx, fresh []*ingestReq) (map[string]invSeen, error) {
+// the cache should know once the transaction commits; inv.mu is held.
+func writeInventories(ctx context.Context, tx *sqldb.Tx, inv *invCache, fresh []*ingestReq) (map[string]invSeen, error) {
 	seen := map[string]invSeen{}
 	for _, req := range fresh {
 		if req.r.Inventory == nil {
@@ -568,7 +588,7 @@ func (s *Store) writeInventories(ctx context.Context, tx *sqldb.Tx, fresh []*ing
 		node, sum := req.r.Node, req.prep.invSum
 		cur, ok := seen[node]
 		if !ok {
-			cur, ok = s.inv.m[node]
+			cur, ok = inv.m[node]
 		}
 		if ok && cur.sum == sum {
 			continue

@@ -108,16 +108,17 @@ func (s *Store) Ingest(ctx context.Context, r Result) (Ack, error) {
 	if r.Started.IsZero() {
 		r.Started = r.Finished
 	}
-	// Computed here, on the caller's goroutine, so the one writer only writes.
+	// Computed here, on the caller's goroutine, so the writers only write.
 	prep := prepare(&r, &s.orders)
 	req := &ingestReq{r: r, prep: prep, done: make(chan struct{}), dupOf: -1}
+	q := s.ingest[s.shard(r.Node)]
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
 		return Ack{}, ErrClosed
 	}
 	select {
-	case s.ingest <- req:
+	case q <- req:
 	case <-ctx.Done():
 		s.mu.RUnlock()
 		return Ack{}, fmt.Errorf("store result %s: %w", r.ID, ctx.Err())
@@ -131,27 +132,27 @@ func (s *Store) Ingest(ctx context.Context, r Result) (Ack, error) {
 	}
 }
 
-// writer drains the queue: it takes what is waiting, lingers up to
+// writer drains queue n: it takes what is waiting, lingers up to
 // BatchDelay for more while the batch is not full, and commits the lot in
 // one transaction. Close closes the queue; what is left is still committed.
-func (s *Store) writer() {
-	defer close(s.writerDone)
+func (s *Store) writer(n int) {
+	queue := s.ingest[n]
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	batch := make([]*ingestReq, 0, s.opts.MaxBatch)
 	for {
-		first, ok := <-s.ingest
+		first, ok := <-queue
 		if !ok {
 			return
 		}
 		batch = append(batch[:0], first)
-		open := s.fill(&batch, timer)
-		s.commit(batch)
+		open := s.fill(queue, &batch, timer)
+		s.commit(n, batch)
 		clear(batch)
 		if !open {
 			// The queue was closed while filling; finish what remains.
-			for req := range s.ingest {
-				s.commit([]*ingestReq{req})
+			for req := range queue {
+				s.commit(n, []*ingestReq{req})
 			}
 			return
 		}
@@ -159,12 +160,12 @@ func (s *Store) writer() {
 }
 
 // fill adds queued requests to batch; it reports false when the queue closed.
-func (s *Store) fill(batch *[]*ingestReq, timer *time.Timer) bool {
+func (s *Store) fill(queue chan *ingestReq, batch *[]*ingestReq, timer *time.Timer) bool {
 	max := s.opts.MaxBatch
 	// First whatever is already queued, without waiting.
 	for len(*batch) < max {
 		select {
-		case req, ok := <-s.ingest:
+		case req, ok := <-queue:
 			if !ok {
 				return false
 			}
@@ -181,7 +182,7 @@ func (s *Store) fill(batch *[]*ingestReq, timer *time.Timer) bool {
 	defer timer.Stop()
 	for len(*batch) < max {
 		select {
-		case req, ok := <-s.ingest:
+		case req, ok := <-queue:
 			if !ok {
 				return false
 			}
@@ -201,10 +202,10 @@ type summaryVal struct {
 	durationMS                   float64
 }
 
-func (s *Store) commit(batch []*ingestReq) {
+func (s *Store) commit(writer int, batch []*ingestReq) {
 	start := time.Now()
 	stored := s.opts.Now()
-	err := s.commitTx(batch, stored)
+	err := s.commitTx(&s.inv[writer], batch, stored)
 	took := time.Since(start)
 	if err != nil {
 		s.log.Error().Err(err).Int("results", len(batch)).Msg("store: batch commit failed")

@@ -85,11 +85,12 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 	if j.Inventory != nil {
 		sum = inventorySum(j.Inventory)
 	}
-	s.inv.mu.Lock()
+	inv := &s.inv[s.shard(j.Node)]
+	inv.mu.Lock()
 	locked := true
 	defer func() {
 		if locked {
-			s.inv.mu.Unlock()
+			inv.mu.Unlock()
 		}
 	}()
 	var existed bool
@@ -120,7 +121,7 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 			return err
 		}
 		if j.Inventory != nil {
-			cur, ok := s.inv.m[j.Node]
+			cur, ok := inv.m[j.Node]
 			if !ok || cur.sum != sum {
 				if !ok {
 					if cur.hist, err = lastInventoryHash(ctx, tx, j.Node); err != nil {
@@ -154,12 +155,12 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 		return Node{}, false, fmt.Errorf("node %s joined: %w", j.Node, err)
 	}
 	if seen != nil {
-		if s.inv.m == nil {
-			s.inv.m = map[string]invSeen{}
+		if inv.m == nil {
+			inv.m = map[string]invSeen{}
 		}
-		s.inv.m[j.Node] = *seen
+		inv.m[j.Node] = *seen
 	}
-	s.inv.mu.Unlock()
+	inv.mu.Unlock()
 	locked = false
 	if !existed {
 		// Just written, whole: no need to read it back (a join storm of a

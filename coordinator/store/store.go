@@ -18,6 +18,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -62,9 +63,17 @@ type Options struct {
 	// queued and the batch is not full (default 2ms; negative: do not wait,
 	// commit what is queued).
 	BatchDelay time.Duration
-	// QueueSize bounds the results waiting for the writer (default 8192);
-	// Ingest blocks when it is full.
+	// QueueSize bounds the results waiting for the writers (default
+	// 8192, shared among them); Ingest blocks when it is full.
 	QueueSize int
+	// Writers is how many writers commit results on PostgreSQL, each in
+	// its own transaction on its own connection, so that one batch is
+	// built while another is on the server (default 4, 1..MaxWriters).
+	// Every result of a node goes to the same writer: batches of
+	// different writers touch different rows (no lock waits, no
+	// deadlocks on the per-node tables) and a node's results are stored
+	// in the order they came. SQLite has one writer whatever this says.
+	Writers int
 	// Logger receives the store's log lines.
 	Logger zerolog.Logger
 	// Now is the clock (default time.Now); tests set it.
@@ -88,10 +97,20 @@ func (o *Options) defaults() {
 	if o.QueueSize <= 0 {
 		o.QueueSize = 8192
 	}
+	if o.Writers <= 0 {
+		o.Writers = DefaultWriters
+	}
+	o.Writers = min(o.Writers, MaxWriters)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 }
+
+// DefaultWriters and MaxWriters bound Options.Writers.
+const (
+	DefaultWriters = 4
+	MaxWriters     = 16
+)
 
 // Store is an open database. Its methods are safe for concurrent use.
 type Store struct {
@@ -106,9 +125,13 @@ type Store struct {
 	r *sqldb.DB
 
 	// mu guards closed and the send side of ingest against Close.
-	mu         sync.RWMutex
-	closed     bool
-	ingest     chan *ingestReq
+	mu     sync.RWMutex
+	closed bool
+	// ingest is each writer's queue; a node's results go to
+	// ingest[s.shard(node)], whose writer also owns that node's entries
+	// of inv.
+	ingest     []chan *ingestReq
+	writers    sync.WaitGroup
 	writerDone chan struct{}
 	ckptStop   chan struct{}
 	ckptDone   chan struct{}
@@ -118,23 +141,25 @@ type Store struct {
 	committed atomic.Uint64
 	commitNS  atomic.Uint64
 
-	inv    invCache     // what the writer knows of each node's stored inventory
+	inv    []invCache   // per writer: what it knows of its nodes' stored inventories
 	orders metricOrders // each check's metric names in JSON order (jsonenc.go)
 }
 
 // Stats counts the writer's work since Open.
 type Stats struct {
-	Batches    uint64        // transactions committed by the writer
+	Batches    uint64        // transactions committed by the writers
 	Results    uint64        // results in them, duplicates included
-	CommitTime time.Duration // time spent in those transactions
+	CommitTime time.Duration // time spent in those transactions, summed over the writers
+	Writers    int           // how many writers commit results
 }
 
-// Stats returns the writer's counters.
+// Stats returns the writers' counters.
 func (s *Store) Stats() Stats {
 	return Stats{
 		Batches:    s.batches.Load(),
 		Results:    s.committed.Load(),
 		CommitTime: time.Duration(s.commitNS.Load()),
+		Writers:    len(s.ingest),
 	}
 }
 
@@ -205,18 +230,49 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func newStore(opts Options, d sqldb.Dialect, w, r *sqldb.DB) *Store {
-	return &Store{
+func newStore(opts Options, d sqldb.Dialect, w, r *sqldb.DB, writers int) *Store {
+	s := &Store{
 		opts:       opts,
 		log:        opts.Logger,
 		d:          d,
 		w:          w,
 		r:          r,
-		ingest:     make(chan *ingestReq, opts.QueueSize),
+		ingest:     make([]chan *ingestReq, writers),
+		inv:        make([]invCache, writers),
 		writerDone: make(chan struct{}),
 		ckptStop:   make(chan struct{}),
 		ckptDone:   make(chan struct{}),
 	}
+	for i := range s.ingest {
+		s.ingest[i] = make(chan *ingestReq, max(1, opts.QueueSize/writers))
+	}
+	return s
+}
+
+// startWriters starts one writer per queue; writerDone closes when all
+// have finished.
+func (s *Store) startWriters() {
+	for i := range s.ingest {
+		s.writers.Add(1)
+		go func() {
+			defer s.writers.Done()
+			s.writer(i)
+		}()
+	}
+	go func() {
+		s.writers.Wait()
+		close(s.writerDone)
+	}()
+}
+
+// shard is the writer that stores node's results.
+func (s *Store) shard(node string) int {
+	if len(s.ingest) == 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(node)) // hash writes never fail
+	return int(h.Sum32() % uint32(len(s.ingest)))
 }
 
 func openStore(ctx context.Context, opts Options, path string) (*Store, error) {
@@ -239,21 +295,21 @@ func openStore(ctx context.Context, opts Options, path string) (*Store, error) {
 	rdb := openDB(readerDSN(path))
 	rdb.SetMaxOpenConns(8)
 	rdb.SetMaxIdleConns(8)
-	s := newStore(opts, sqldb.SQLite, w, sqldb.Wrap(rdb, sqldb.SQLite, nil))
+	s := newStore(opts, sqldb.SQLite, w, sqldb.Wrap(rdb, sqldb.SQLite, nil), 1)
 	s.path = path
 	ck := openDB(dsn(path, url.Values{"mode": {"rw"}, "_busy_timeout": {"10000"}}))
 	ck.SetMaxOpenConns(1)
-	go s.writer()
+	s.startWriters()
 	go s.checkpointer(ck)
 	return s, nil
 }
 
-// openPostgres opens the store on PostgreSQL: a pool for writes (the
+// openPostgres opens the store on PostgreSQL: a pool for writes (each
 // results writer takes one connection of it; other writers run beside
-// it, the server orders them) and one for reads. There is no data
+// them, the server orders them) and one for reads. There is no data
 // directory lock: several coordinators may share the database.
 func openPostgres(ctx context.Context, opts Options, t sqldb.Target) (*Store, error) {
-	w, err := sqldb.OpenTarget(ctx, t, sqldb.Options{MaxOpen: 8, Fence: opts.Fence})
+	w, err := sqldb.OpenTarget(ctx, t, sqldb.Options{MaxOpen: opts.Writers + 8, Fence: opts.Fence})
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
@@ -266,10 +322,10 @@ func openPostgres(ctx context.Context, opts Options, t sqldb.Target) (*Store, er
 		_ = w.Close() // the open error is the one to report
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := newStore(opts, sqldb.Postgres, w, r)
+	s := newStore(opts, sqldb.Postgres, w, r, opts.Writers)
 	s.target = t
 	close(s.ckptDone) // no checkpointer: the server manages its WAL
-	go s.writer()
+	s.startWriters()
 	return s, nil
 }
 
@@ -346,7 +402,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.ingest)
+	for _, q := range s.ingest {
+		close(q)
+	}
 	s.mu.Unlock()
 	<-s.writerDone
 	if s.d == sqldb.Postgres {

@@ -178,6 +178,10 @@ func (s *Server) SocketDir() string { return filepath.Join(s.root, "sock") }
 // Port is the server's TCP port on 127.0.0.1 (also the socket's number).
 func (s *Server) Port() int { return s.port }
 
+// Tool is the path of one of the server's client programs (pg_dump,
+// pg_restore, psql): the same version as the server.
+func (s *Server) Tool(name string) string { return filepath.Join(s.bin, name) }
+
 // LogPath is the server's log file.
 func (s *Server) LogPath() string { return filepath.Join(s.root, "server.log") }
 

@@ -371,7 +371,12 @@ func coerce(v any, pgType string) any {
 }
 
 func tableSum(ctx context.Context, tx *Tx, table, list string, ncols int) (int64, uint64, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT `+list+` FROM `+quoteIdent(table))
+	return sumRows(ctx, tx, `SELECT `+list+` FROM `+quoteIdent(table), ncols)
+}
+
+// sumRows counts a query's rows and sums their hashes (rowSum).
+func sumRows(ctx context.Context, q Queryer, query string, ncols int) (int64, uint64, error) {
+	rows, err := q.QueryContext(ctx, query)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -451,4 +456,73 @@ func (db *DB) Tables(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, rows.Err()
+}
+
+// TableSum is one table's row count and checksum, as the copy compares
+// them (TableCopy): a sum of row hashes over its columns, in any row order.
+type TableSum struct {
+	Table string
+	Rows  int64
+	Sum   uint64
+}
+
+// TableSums counts and checksums every table of the database, in one
+// read transaction (one snapshot), tables sorted. Two databases holding
+// the same rows give the same sums: a backup restored, or a copy.
+func (db *DB) TableSums(ctx context.Context) ([]TableSum, error) {
+	tables, err := db.Tables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []TableSum
+	opts := &sql.TxOptions{ReadOnly: true}
+	if db.dialect == Postgres {
+		opts.Isolation = sql.LevelRepeatableRead // one snapshot for every table
+	}
+	tx, err := db.db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // read only: nothing to keep
+	err = func(q Queryer) error {
+		for _, t := range tables {
+			cols, err := db.columns(ctx, q, t)
+			if err != nil {
+				return fmt.Errorf("columns of %s: %w", t, err)
+			}
+			qcols := make([]string, len(cols))
+			for i, c := range cols {
+				qcols[i] = quoteIdent(c)
+			}
+			n, sum, err := sumRows(ctx, q, `SELECT `+strings.Join(qcols, ", ")+` FROM `+quoteIdent(t), len(cols))
+			if err != nil {
+				return fmt.Errorf("checksum %s: %w", t, err)
+			}
+			out = append(out, TableSum{Table: t, Rows: n, Sum: sum})
+		}
+		return nil
+	}(tx)
+	return out, err
+}
+
+// columns lists a table's columns in their defined order.
+func (db *DB) columns(ctx context.Context, q Queryer, table string) ([]string, error) {
+	if db.dialect == SQLite {
+		return sqliteColumns(ctx, q, table)
+	}
+	rows, err := q.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, err
+		}
+		cols = append(cols, c)
+	}
+	return cols, rows.Err()
 }

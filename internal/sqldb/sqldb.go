@@ -292,3 +292,12 @@ func IsUniqueViolation(err error) bool {
 	}
 	return false
 }
+
+// Retryable reports whether err is a transaction PostgreSQL aborted so
+// that another could go on, a deadlock (40P01) or a serialization failure
+// (40001): the same transaction tried again may commit. On SQLite the
+// busy timeout waits instead, and nothing is retryable.
+func Retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fleetcheck/fleetcheck/internal/pgtest"
@@ -229,4 +230,59 @@ func itoa(i int) string {
 		return digits[i : i+1]
 	}
 	return itoa(i/10) + digits[i%10:i%10+1]
+}
+
+// Two transactions that take two rows' locks in opposite orders: the
+// server aborts one as a deadlock, and Retryable says trying it again may
+// commit. Other errors are not retryable.
+func TestRetryableOnARealDeadlock(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqldb.Open(ctx, pgtest.URL(t), sqldb.Options{MaxOpen: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, sqldb.Postgres.DDL(schema)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO items (name) VALUES ('a'), ('b')`); err != nil {
+		t.Fatal(err)
+	}
+	// Each holds its first row before either asks for its second.
+	var held sync.WaitGroup
+	held.Add(2)
+	errs := make(chan error, 2)
+	for _, order := range [][2]string{{"a", "b"}, {"b", "a"}} {
+		go func() {
+			errs <- db.Tx(ctx, func(tx *sqldb.Tx) error {
+				if _, err := tx.ExecContext(ctx, `UPDATE items SET n = n + 1 WHERE name = ?`, order[0]); err != nil {
+					held.Done()
+					return err
+				}
+				held.Done()
+				held.Wait()
+				_, err := tx.ExecContext(ctx, `UPDATE items SET n = n + 1 WHERE name = ?`, order[1])
+				return err
+			})
+		}()
+	}
+	var failed []error
+	for range 2 {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) != 1 {
+		t.Fatalf("errors %v, want one transaction aborted", failed)
+	}
+	if !sqldb.Retryable(failed[0]) {
+		t.Fatalf("deadlock %v: not retryable", failed[0])
+	}
+	_, err = db.ExecContext(ctx, `INSERT INTO items (name) VALUES ('a')`)
+	if err == nil || sqldb.Retryable(err) || !sqldb.IsUniqueViolation(err) {
+		t.Fatalf("unique violation %v: want an error that is not retryable", err)
+	}
+	if sqldb.Retryable(errors.New("deadlock")) {
+		t.Fatal("a plain error is retryable")
+	}
 }
