@@ -85,21 +85,29 @@ func BenchmarkIngest(b *testing.B) {
 		// The same on PostgreSQL (a local server, fsync off like the
 		// SQLite case's synchronous=NORMAL: both measure the store, not
 		// the disk).
-		b.Run(strings.Replace(name, "store", "store-postgres", 1), func(b *testing.B) {
-			if !pgtest.Available() {
-				pgtest.Shared(b) // skips loudly
+		// store-postgres-1writer is the same with one writer, as SQLite
+		// has: what the store's several writers give on PostgreSQL.
+		for _, writers := range []int{store.DefaultWriters, 1} {
+			pgName := strings.Replace(name, "store", "store-postgres", 1)
+			if writers == 1 {
+				pgName = strings.Replace(name, "store", "store-postgres-1writer", 1)
 			}
-			srv, err := pgtest.Start(context.Background())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer srv.Close()
-			db, err := srv.CreateDB(context.Background(), "bench")
-			if err != nil {
-				b.Fatal(err)
-			}
-			benchStore(b, store.Options{URL: srv.URLFor(db), Logger: zerolog.Nop()}, checks)
-		})
+			b.Run(pgName, func(b *testing.B) {
+				if !pgtest.Available() {
+					pgtest.Shared(b) // skips loudly
+				}
+				srv, err := pgtest.Start(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer srv.Close()
+				db, err := srv.CreateDB(context.Background(), "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				benchStore(b, store.Options{URL: srv.URLFor(db), Logger: zerolog.Nop(), Writers: writers}, checks)
+			})
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/console"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/membership"
 	"github.com/fleetcheck/fleetcheck/internal/pki"
@@ -109,6 +110,7 @@ func (t TLSConfig) set() bool {
 type BatchConfig struct {
 	MaxResults int           `yaml:"max_results"` // results per transaction at most
 	Delay      time.Duration `yaml:"delay"`       // how long to wait for more once one is queued
+	Writers    int           `yaml:"writers"`     // PostgreSQL: transactions committing results at once
 }
 
 // Defaults.
@@ -133,6 +135,7 @@ var (
 	// slow agent, times the fleet.
 	rangeSendQueue    = config.R(1, 4096)
 	rangeBatchResults = config.R(1, 10_000)
+	rangeBatchWriters = config.R(1, store.MaxWriters)
 	// Results wait this long for company before their transaction: acks
 	// wait with them.
 	rangeBatchDelay    = config.R(time.Duration(0), 100*time.Millisecond)
@@ -188,6 +191,7 @@ func (c Config) Validate() error {
 		rangeHeartbeat.Check("heartbeat_interval", c.HeartbeatInterval),
 		rangeSendQueue.Check("send_queue", c.SendQueue),
 		rangeBatchResults.CheckOrZero("batch.max_results", c.Batch.MaxResults),
+		rangeBatchWriters.CheckOrZero("batch.writers", c.Batch.Writers),
 		rangeBatchDelay.Check("batch.delay", c.Batch.Delay))
 	switch {
 	case c.Insecure && c.TLS.set():

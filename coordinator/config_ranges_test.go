@@ -25,6 +25,7 @@ func TestCoordinatorConfigRanges(t *testing.T) {
 		{"send_queue", "send_queue: 1000000000"},
 		{"batch.max_results", "batch: {max_results: 100000}"},
 		{"batch.delay", "batch: {delay: 10h}"},
+		{"batch.writers", "batch: {writers: 17}"},
 		{"breaker.window", "breaker: {window: 1s}"},
 		{"breaker.max_share", "breaker: {max_share: 1.5}"},
 		{"breaker.max_count", "breaker: {max_count: -1}"},

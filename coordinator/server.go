@@ -262,6 +262,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		URL:        s.cfg.StoreURL,
 		MaxBatch:   s.cfg.Batch.MaxResults,
 		BatchDelay: s.cfg.Batch.Delay,
+		Writers:    s.cfg.Batch.Writers,
 		Logger:     s.log,
 		Now:        s.now,
 		OnCommit:   onCommit,

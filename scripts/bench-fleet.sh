@@ -180,6 +180,18 @@ for st in "${stores[@]}"; do
 	stop_coordinator
 done
 
+# sustained_rate STORE: the sustained check results/s of that store's run.
+sustained_rate() {
+	grep -o 'check_results_per_s=[^ ]*' "$work/small-$1/loadgen.log" 2>/dev/null | tail -1 | grep -o '[0-9.]*$' || true
+}
+if [[ ${#stores[@]} -gt 1 ]]; then
+	sq=$(sustained_rate sqlite)
+	pg=$(sustained_rate postgres)
+	if [[ -n $sq && -n $pg ]]; then
+		echo "| $(printf "%'d" "$AGENTS") agents | sustained check results/s, PostgreSQL / SQLite (this run, one after the other) | $(awk "BEGIN{printf \"%.2f (%.0f / %.0f)\", $pg/$sq, $pg, $sq}") | ≥ 1 | $(awk "BEGIN{print ($pg >= $sq) ? \"ok\" : \"MISSED\"}") |" >>"$rows"
+	fi
+fi
+
 if [[ $BIG_AGENTS -gt 0 && ${stores[0]} == sqlite ]]; then
 	echo "== $BIG_AGENTS agents" >&2
 	start_coordinator big
