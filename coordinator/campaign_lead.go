@@ -53,6 +53,22 @@ func (c *campaigns) newEngines(ctx context.Context, d kit.Deps) (*engines, error
 	return &e, nil
 }
 
+// rolloutReads is the rollout engine that answers rollout status and
+// list: the running one while this coordinator leads (and always without
+// a lease); on a follower the engine built at start-up, which no term
+// runs, reloaded from the store for each read, so what the leader wrote
+// is what a follower shows.
+func (c *campaigns) rolloutReads(ctx context.Context) (*rollout.Engine, error) {
+	if c.lease == nil || c.lead.get() != nil {
+		return c.rollout(), nil
+	}
+	e := c.reads.rollout
+	if err := e.Reload(ctx); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "rollouts: read the store: %v", err)
+	}
+	return e, nil
+}
+
 func (c *campaigns) sweep() *sweep.Engine     { return c.eng.Load().sweep }
 func (c *campaigns) sweeps() sweep.Store      { return c.eng.Load().sweeps }
 func (c *campaigns) rollout() *rollout.Engine { return c.eng.Load().rollout }

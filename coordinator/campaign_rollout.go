@@ -81,12 +81,16 @@ func (c *campaigns) RolloutStart(ctx context.Context, req *pb.SpecRequest) (*pb.
 	return started(op, id, st)
 }
 
-func (c *campaigns) RolloutStatus(_ context.Context, req *pb.CampaignRef) (*pb.RolloutStatusReply, error) {
+func (c *campaigns) RolloutStatus(ctx context.Context, req *pb.CampaignRef) (*pb.RolloutStatusReply, error) {
 	const op = "rollout status"
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	st, err := c.rollout().Status(req.GetId())
+	e, err := c.rolloutReads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := e.Status(req.GetId())
 	if err != nil {
 		return nil, campaignErr(op, err)
 	}
@@ -94,11 +98,15 @@ func (c *campaigns) RolloutStatus(_ context.Context, req *pb.CampaignRef) (*pb.R
 	return r, encodeErr(op, err)
 }
 
-func (c *campaigns) RolloutList(_ context.Context, _ *pb.CampaignListRequest) (*pb.RolloutListReply, error) {
+func (c *campaigns) RolloutList(ctx context.Context, _ *pb.CampaignListRequest) (*pb.RolloutListReply, error) {
 	if err := c.needFleet(); err != nil {
 		return nil, err
 	}
-	return campaignpb.RolloutListPB(c.rollout().List()), nil
+	e, err := c.rolloutReads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return campaignpb.RolloutListPB(e.List()), nil
 }
 
 func (c *campaigns) RolloutControl(ctx context.Context, req *pb.RolloutControlRequest) (*pb.RolloutStatusReply, error) {

@@ -123,9 +123,13 @@ func (c *campaigns) sweepStats(ctx context.Context) (KindStats, error) {
 	return k, nil
 }
 
-func (c *campaigns) rolloutStats(context.Context) (KindStats, error) {
+func (c *campaigns) rolloutStats(ctx context.Context) (KindStats, error) {
 	k := newKindStats(KindRollout)
-	for _, r := range c.rollout().List() {
+	e, err := c.rolloutReads(ctx)
+	if err != nil {
+		return k, err
+	}
+	for _, r := range e.List() {
 		k.States[string(r.Phase)]++
 		switch r.Phase {
 		case rollout.PhaseCompleted, rollout.PhaseAborted, rollout.PhaseRolledBack:

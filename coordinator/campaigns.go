@@ -87,6 +87,7 @@ type campaigns struct {
 	conds   *conditionWriter        // nil unless the drain adapter writes node conditions
 	deps    kit.Deps                // what the engines run on (unfenced: see leadTerm)
 	eng     atomic.Pointer[engines] // rebuilt from the store at every leadership term
+	reads   *engines                // built at start-up: under a lease never run, they answer a follower's rollout reads
 	lease   *leader.Lease           // nil on SQLite or without ha:; then this coordinator always leads
 	lead    leadership              // the running term, if this coordinator leads (campaign_lead.go)
 	remed   *remediation.Engine     // the remediation ladder (shadow mode unless configured)
@@ -160,6 +161,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 		return nil, err
 	}
 	c.eng.Store(e)
+	c.reads = e
 	if c.remed, err = remediation.New(ctx, s.cfg.Remediation, remediation.Deps{DB: sdb, Fleet: c.fleet, Drain: adapter, Breaker: c.breaker,
 		Clock: clock, Log: c.log, Campaigns: remedHolding{c, busy}, Baselines: remedBaselines{c}, History: remedHistory{c}}); err != nil {
 		return nil, fmt.Errorf("remediation: %w", err)

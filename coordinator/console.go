@@ -142,12 +142,20 @@ func (k consoleCampaigns) Sweep(ctx context.Context, id string) (sweep.Progress,
 	return p, r, nil
 }
 
-func (k consoleCampaigns) Rollouts(context.Context) ([]rollout.Summary, error) {
-	return k.c.rollout().List(), nil
+func (k consoleCampaigns) Rollouts(ctx context.Context) ([]rollout.Summary, error) {
+	e, err := k.c.rolloutReads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return e.List(), nil
 }
 
-func (k consoleCampaigns) Rollout(_ context.Context, id string) (*rollout.Status, error) {
-	st, err := k.c.rollout().Status(id)
+func (k consoleCampaigns) Rollout(ctx context.Context, id string) (*rollout.Status, error) {
+	e, err := k.c.rolloutReads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st, err := e.Status(id)
 	return st, consoleNotFound(err)
 }
 

@@ -179,6 +179,17 @@ func (e *Engine) reload(ctx context.Context) error {
 	return nil
 }
 
+// Reload replaces the rollouts in memory with the stored ones, for an
+// engine that serves reads while another process runs the rollouts (a
+// follower of several coordinators): its Status and List are then as
+// current as the store. Never call it on an engine whose Run is running:
+// writes and operations not yet saved would be dropped.
+func (e *Engine) Reload(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reload(ctx)
+}
+
 // join and leave count a goroutine in or out of a virtual clock.
 func (e *Engine) join() {
 	if e.virtual {

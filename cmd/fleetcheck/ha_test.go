@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the lease row, read by the test
 	"github.com/rs/zerolog"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/coordinator"
 	"github.com/fleetcheck/fleetcheck/coordinator/leader"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
@@ -95,7 +97,8 @@ func leaseAddr(t *testing.T, db *sql.DB) string {
 // Two coordinators on one PostgreSQL, mutual TLS: the operator's
 // campaign changes sent to the follower land on the leader (the CLI
 // follows the refusal), with the operator, not a coordinator, as the
-// audit actor; a list of addresses whose first is down reaches the next.
+// audit actor; a list of addresses whose first is down reaches the next;
+// the follower's rollout reads are as current as the store.
 func TestHACLIFollowsTheLeader(t *testing.T) {
 	url := haPostgres(t)
 	caDir := filepath.Join(t.TempDir(), "ca")
@@ -145,7 +148,7 @@ func TestHACLIFollowsTheLeader(t *testing.T) {
 	}
 
 	spec := filepath.Join(t.TempDir(), "rollout.yaml")
-	if err := os.WriteFile(spec, []byte("name: r550\nselector: sku=h100\ntarget: {driver: 550.90.07}\naction: driver-upgrade\nwaves: [50%]\nmax_unavailable: 1\n"), 0o600); err != nil {
+	if err := os.WriteFile(spec, []byte("name: r550\nselector: sku=h100\ntarget: {driver: 550.90.07}\naction: driver-upgrade\ncanary: 1\napproval: manual\nwaves: [50%]\nmax_unavailable: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	matrix := filepath.Join(t.TempDir(), "matrix.yaml")
@@ -162,6 +165,20 @@ func TestHACLIFollowsTheLeader(t *testing.T) {
 	if out = run("rollout", "status", rolloutID, "--coordinator", aAddr); !strings.Contains(out, rolloutID) {
 		t.Fatalf("the leader's rollout status:\n%s", out)
 	}
+	// The follower built its rollout engine before this rollout began; its
+	// reads come from the store, so they show it, and a change the leader
+	// made to it since (a pause, sent to the follower and followed).
+	if out = run("rollout", "list", "--coordinator", bAddr); !strings.Contains(out, rolloutID) {
+		t.Fatalf("the follower's rollout list lacks %s:\n%s", rolloutID, out)
+	}
+	run("rollout", "pause", rolloutID, "--reason", "ha test", "--coordinator", bAddr)
+	var st rollout.Status
+	if err := json.Unmarshal([]byte(run("rollout", "status", rolloutID, "-o", "json", "--coordinator", bAddr)), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Paused || st.PauseReason != "ha test" || len(st.Nodes) == 0 {
+		t.Fatalf("the follower's rollout status: paused %v (%q), %d nodes", st.Paused, st.PauseReason, len(st.Nodes))
+	}
 
 	// Who the store says did it: the operator, for both.
 	evs, err := a.Store().Events(context.Background(), store.EventQuery{Kind: store.EventAudit, Limit: 100})
@@ -170,7 +187,7 @@ func TestHACLIFollowsTheLeader(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, e := range evs {
-		for _, action := range []string{"sweep.start", "rollout.start"} {
+		for _, action := range []string{"sweep.start", "rollout.start", "rollout.pause"} {
 			if strings.HasPrefix(e.Message, action+":") {
 				seen[action] = true
 				if e.Actor != "admin:alice" {
@@ -179,7 +196,7 @@ func TestHACLIFollowsTheLeader(t *testing.T) {
 			}
 		}
 	}
-	if !seen["sweep.start"] || !seen["rollout.start"] {
+	if len(seen) != 3 {
 		t.Fatalf("audit events lack a start (%v):\n%+v", seen, evs)
 	}
 
