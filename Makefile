@@ -46,7 +46,7 @@ test: ## run the test suite with the race detector (no GPU, network or root need
 	$(GO) vet ./...
 	@mkdir -p bin
 	$(GO) build -o bin/testsum ./scripts/testsum
-	bash -o pipefail -c '$(GO) test -race -count=1 -json ./... | tee bin/test.json | bin/testsum'
+	bash -o pipefail -c '$(GO) test -race -count=1 -timeout 20m -json ./... | tee bin/test.json | bin/testsum'
 
 test-short: ## tests without the race detector
 	$(GO) test -count=1 ./...
