@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -31,6 +32,8 @@ const (
 	triageEventLimit   = 1000
 	triagePeerLimit    = 200 // gpu.xid results per other node of the job
 	triagePeerParallel = 8
+	// triageRemediationEvents bounds the event log lines per remediation.
+	triageRemediationEvents = 100
 )
 
 type triageFlags struct {
@@ -113,15 +116,19 @@ func (f *triageFlags) run(cmd *cobra.Command, node string) error {
 			return err
 		}
 	} else {
-		c, done, err := f.op.client()
+		if err := f.op.validate(); err != nil {
+			return err
+		}
+		cc, err := f.op.conn()
 		if err != nil {
 			return err
 		}
-		defer done()
-		pc = c
-		if err := f.fromCoordinator(ctx, c, &in); err != nil {
+		defer cc.Close()
+		pc = pb.NewOperatorServiceClient(cc)
+		if err := f.fromCoordinator(ctx, pc, &in); err != nil {
 			return err
 		}
+		f.remediations(ctx, pb.NewRemediationServiceClient(cc), &in)
 	}
 
 	if !f.noSlurm {
@@ -136,7 +143,7 @@ func (f *triageFlags) run(cmd *cobra.Command, node string) error {
 		default:
 			in.Jobs = jobs
 			if d, err := s.Node(ctx, in.Node); err == nil && d != nil {
-				in.Drains = append(in.Drains, *d)
+				in.Entries = append(in.Entries, *d)
 			}
 		}
 	}
@@ -181,6 +188,41 @@ func (f *triageFlags) fromCoordinator(ctx context.Context, c pb.OperatorServiceC
 		in.Events = append(in.Events, triage.Event{At: time.UnixMilli(e.UnixMs), Kind: e.Kind, Actor: e.Actor, Message: e.Message})
 	}
 	return nil
+}
+
+// remediations puts the coordinator's remediations of the node on the
+// timeline (created, each step of its event log) and passes on its job
+// events, the remediation engine's own correlation verdicts. An older
+// coordinator, or one that refuses, costs a note.
+func (f *triageFlags) remediations(ctx context.Context, c pb.RemediationServiceClient, in *triage.Input) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	d, err := c.RemediationList(cctx, &pb.RemediationListRequest{Node: in.Node})
+	if err != nil {
+		in.Notes = append(in.Notes, "remediations not read: "+f.op.rpcError(err).Error())
+		return
+	}
+	var l remediationList
+	if err := json.Unmarshal(d.GetBody(), &l); err != nil {
+		in.Notes = append(in.Notes, "remediations not read: coordinator sent bad JSON: "+err.Error())
+		return
+	}
+	for _, r := range l.Remediations {
+		what := fmt.Sprintf("%s %s on %s (%s): %s", r.ID, r.Step, orDash(r.Component), r.Mode, orDash(r.Trigger.Reason))
+		in.Entries = append(in.Entries, triage.Entry{At: r.CreatedAt, Source: triage.SourceRemediation, Kind: triage.KindRemediation,
+			Node: r.Node, Component: r.Component, Detail: what})
+		evs := r.Events
+		if len(evs) > triageRemediationEvents {
+			evs = evs[len(evs)-triageRemediationEvents:]
+		}
+		for _, e := range evs {
+			in.Entries = append(in.Entries, triage.Entry{At: e.At, Source: triage.SourceRemediation, Kind: triage.KindRemediation,
+				Node: r.Node, Component: r.Component, Detail: r.ID + ": " + e.What})
+		}
+	}
+	for _, j := range l.JobEvents {
+		in.JobEvents = append(in.JobEvents, triage.JobEvent{At: j.At, Job: j.Job, Xid: j.Xid, Nodes: j.Nodes, Reason: j.Reason})
+	}
 }
 
 // peers reads the gpu.xid results of the job's other nodes, for the

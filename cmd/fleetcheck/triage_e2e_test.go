@@ -19,7 +19,8 @@ import (
 // the job completion log sacct --completion reads) whose agent reports
 // Xid 79 to a coordinator; `fleetcheck triage NODE --job ID` puts the
 // job's end and the Xid on one timeline and calls it hardware, by the
-// Xid 79 rule. (The same failed job on a clean node is the application's:
+// Xid 79 rule, with the coordinator's (shadow) remediation of GPU3 on the
+// timeline. (The same failed job on a clean node is the application's:
 // internal/triage's TestRealSlurm and TestBucket.)
 func TestTriageEndToEnd(t *testing.T) {
 	c := slurmtest.Start(t, slurmtest.Config{JobCompletion: true})
@@ -37,6 +38,11 @@ func TestTriageEndToEnd(t *testing.T) {
 		return f.cli("results", slurmtest.NodeName, "--check", "gpu.xid")
 	}, func(s string) bool { return strings.Contains(s, "XID_79") })
 
+	// The coordinator's ladder (shadow mode) records what it would do.
+	e2ePoll(f, 20*time.Second, "a shadow remediation for "+slurmtest.NodeName, func() remediationList {
+		return e2eJSON[remediationList](f, "remediation", "list", "--node", slurmtest.NodeName)
+	}, func(l remediationList) bool { return len(l.Remediations) > 0 })
+
 	var rep triage.Report
 	out := f.cli("triage", slurmtest.NodeName, "--job", job, "-o", "json")
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -45,13 +51,14 @@ func TestTriageEndToEnd(t *testing.T) {
 	if rep.Bucket != triage.Hardware || rep.Rule != "xid 79: a hardware Xid in the catalog" {
 		t.Fatalf("bucket %s by %q: %s\n%s", rep.Bucket, rep.Rule, rep.Reason, out)
 	}
-	var sawEnd, sawXid bool
+	var sawEnd, sawXid, sawRem bool
 	for _, e := range rep.Timeline {
+		sawRem = sawRem || (e.Kind == triage.KindRemediation && e.Component == "GPU3" && strings.Contains(e.Detail, "reboot"))
 		sawEnd = sawEnd || (e.Kind == triage.KindJobEnd && e.Job == job && strings.Contains(e.Detail, "FAILED, exit code 3:0"))
 		sawXid = sawXid || (e.Kind == triage.KindXid && e.Component == "GPU3" && strings.Contains(e.Detail, "Xid 79: GPU has fallen off the bus"))
 	}
-	if !sawEnd || !sawXid || len(rep.Jobs) != 1 || rep.Jobs[0].ID != job {
-		t.Fatalf("timeline without the job's end or the Xid (end %v, xid %v):\n%s", sawEnd, sawXid, out)
+	if !sawEnd || !sawXid || !sawRem || len(rep.Jobs) != 1 || rep.Jobs[0].ID != job {
+		t.Fatalf("timeline without the job's end, the Xid or the remediation (end %v, xid %v, remediation %v):\n%s", sawEnd, sawXid, sawRem, out)
 	}
 
 	// The table says the same to a person.

@@ -45,6 +45,7 @@ const (
 	SourceCheck       = "check"
 	SourceCoordinator = "coordinator"
 	SourceRule        = "rule"
+	SourceRemediation = "remediation"
 )
 
 // Timeline entry kinds.
@@ -57,6 +58,7 @@ const (
 	KindNodeEvent   = "node_event"
 	KindDrain       = "drain"
 	KindVerdict     = "verdict"
+	KindRemediation = "remediation"
 )
 
 // Job is one scheduler job as sacct or scontrol shows it.
@@ -126,13 +128,29 @@ type Input struct {
 	Peers []Result
 	// Events are the coordinator's events of the node.
 	Events []Event
-	// Drains are drains the scheduler holds (scontrol's node Reason).
-	Drains []Entry
+	// Entries are more timeline lines the caller gathered: the drain the
+	// scheduler holds (scontrol's node Reason), the coordinator's
+	// remediations of the node.
+	Entries []Entry
+	// JobEvents are the coordinator's own correlation verdicts (its
+	// remediation engine, with its configured rules): application Xids on
+	// many nodes at once, one job's crash.
+	JobEvents []JobEvent
 	// Rules are the escalation and correlation rules (the coordinator's
 	// remediation.rules); zero takes their defaults.
 	Rules escalate.Config
 	// Notes say what could not be read (no sacct, no coordinator ...).
 	Notes []string
+}
+
+// JobEvent is the remediation engine's verdict that application Xids on
+// many nodes at once were one job's crash.
+type JobEvent struct {
+	At     time.Time
+	Job    string
+	Xid    int
+	Nodes  []string
+	Reason string
 }
 
 // Entry is one line of the timeline.
@@ -222,7 +240,7 @@ func Build(in Input) Report {
 			tl = append(tl, Entry{At: e.At, Source: SourceCoordinator, Kind: nodeEventKind(e), Node: in.Node, Detail: eventDetail(e)})
 		}
 	}
-	for _, d := range in.Drains {
+	for _, d := range in.Entries {
 		if d.At.IsZero() || in.inWindow(d.At) {
 			tl = append(tl, d)
 		}
@@ -237,6 +255,10 @@ func Build(in Input) Report {
 	}
 
 	verdicts := escalateVerdicts(in.Node, results, peers, job, haveJob, rules)
+	for _, je := range in.JobEvents {
+		verdicts = append(verdicts, escalate.Verdict{Kind: escalate.JobEvent, At: je.At, Nodes: je.Nodes, Job: je.Job, Xid: je.Xid,
+			Rule: "correlate: the coordinator's job event", Reason: je.Reason})
+	}
 	for _, v := range verdicts {
 		if v.Node == in.Node || contains(v.Nodes, in.Node) {
 			if in.inWindow(v.At) {
@@ -690,7 +712,7 @@ func decide(node string, results []Result, verdicts []escalate.Verdict, job Job,
 }
 
 func sortTimeline(tl []Entry) {
-	order := map[string]int{KindJobStart: 0, KindJobState: 1, KindXid: 2, KindCheckChange: 3, KindVerdict: 4, KindNodeEvent: 5, KindDrain: 6, KindJobEnd: 7}
+	order := map[string]int{KindJobStart: 0, KindJobState: 1, KindXid: 2, KindCheckChange: 3, KindVerdict: 4, KindNodeEvent: 5, KindDrain: 6, KindRemediation: 7, KindJobEnd: 8}
 	sort.SliceStable(tl, func(i, j int) bool {
 		a, b := tl[i], tl[j]
 		if !a.At.Equal(b.At) {

@@ -111,45 +111,51 @@ func TestBucket(t *testing.T) {
 		peers   []Result
 		bucket  Bucket
 		rule    string
+		events  []JobEvent // the coordinator's
 	}{
 		{"xid 79 during a failed job", "4101", []Result{clean("gpu-01", 5), xidResult(t, "gpu-01", at(31), kline{at(29), "79"})}, nil,
-			Hardware, "xid 79: a hardware Xid in the catalog"},
+			Hardware, "xid 79: a hardware Xid in the catalog", nil},
 		{"double-bit ECC Xid 48", "4101", []Result{xidResult(t, "gpu-01", at(31), kline{at(28), "48"})}, nil,
-			Hardware, "xid 48: a hardware Xid in the catalog"},
+			Hardware, "xid 48: a hardware Xid in the catalog", nil},
 		{"contained ECC Xid 94 killed the job", "4101", []Result{xidResult(t, "gpu-01", at(31), kline{at(29), "94"})}, nil,
-			Hardware, "xid 94: a hardware Xid in the catalog"},
+			Hardware, "xid 94: a hardware Xid in the catalog", nil},
 		{"uncorrectable ECC in gpu.ecc", "4101", []Result{clean("gpu-01", 5), eccFail}, nil,
-			Hardware, "gpu.ecc ECC_UNCORRECTABLE: fail"},
+			Hardware, "gpu.ecc ECC_UNCORRECTABLE: fail", nil},
 		{"a node failure with an Xid 79 is hardware", "4104", []Result{xidResult(t, "gpu-01", at(31), kline{at(29), "79"})}, nil,
-			Hardware, "xid 79: a hardware Xid in the catalog"},
+			Hardware, "xid 79: a hardware Xid in the catalog", nil},
 		{"xid 13 on every node of the job at once", "4101", []Result{xidResult(t, "gpu-01", at(31), kline{at(29).Add(30 * time.Second), "13"})}, crash,
-			Application, "correlate: 4+ nodes within 2m"},
+			Application, "correlate: 4+ nodes within 2m", nil},
 		// The agent reports each line once, in the run after it.
 		{"xid 13 three times in an hour on one GPU escalates", "4101", []Result{xidResult(t, "gpu-01", at(6), kline{at(5), "13"}),
 			xidResult(t, "gpu-01", at(16), kline{at(15), "13"}), xidResult(t, "gpu-01", at(26), kline{at(25), "13"})}, nil,
-			Hardware, "xid 13: 3 in 1h"},
+			Hardware, "xid 13: 3 in 1h", nil},
 		{"xid 13 on this node alone, job failed", "4101", []Result{xidResult(t, "gpu-01", at(31), kline{at(29), "13"})}, nil,
-			Application, "job state FAILED without a hardware fault"},
+			Application, "job state FAILED without a hardware fault", nil},
 		{"failed job, clean node", "4101", []Result{clean("gpu-01", 5), clean("gpu-01", 35)}, nil,
-			Application, "job state FAILED without a hardware fault"},
+			Application, "job state FAILED without a hardware fault", nil},
 		{"out of memory", "4106", []Result{clean("gpu-01", 5)}, nil,
-			Application, "job state OUT_OF_MEMORY"},
+			Application, "job state OUT_OF_MEMORY", nil},
 		{"timeout", "4102", []Result{clean("gpu-01", 5)}, nil,
-			Scheduling, "job state TIMEOUT without a hardware fault"},
+			Scheduling, "job state TIMEOUT without a hardware fault", nil},
 		{"cancelled by its owner", "4103", nil, nil,
-			Scheduling, "job state CANCELLED without a hardware fault"},
+			Scheduling, "job state CANCELLED without a hardware fault", nil},
 		{"preempted", "4105", nil, nil,
-			Scheduling, "job state PREEMPTED without a hardware fault"},
+			Scheduling, "job state PREEMPTED without a hardware fault", nil},
 		{"node failure without a fault", "4104", []Result{clean("gpu-01", 5)}, nil,
-			Scheduling, "job state NODE_FAIL without a hardware fault"},
+			Scheduling, "job state NODE_FAIL without a hardware fault", nil},
 		{"an xid 79 hours before the job is not its cause", "4102", []Result{xidResult(t, "gpu-01", at(-170), kline{at(-180), "79"})}, nil,
-			Scheduling, "job state TIMEOUT without a hardware fault"},
+			Scheduling, "job state TIMEOUT without a hardware fault", nil},
 		{"completed, clean", "4107", []Result{clean("gpu-01", 5)}, nil,
-			Unknown, "no fault"},
+			Unknown, "no fault", nil},
 		{"still running, clean", "4108", nil, nil,
-			Unknown, "no fault"},
+			Unknown, "no fault", nil},
 		{"no job: an application xid alone", "", []Result{xidResult(t, "gpu-01", at(31), kline{at(29), "13"})}, nil,
-			Application, "xid 13: application Xid without a hardware fault"},
+			Application, "xid 13: application Xid without a hardware fault", nil},
+		// The peers' results are not readable, but the coordinator's
+		// remediation engine saw the crash on its configured 3 nodes.
+		{"the coordinator's job event", "4101", []Result{xidResult(t, "gpu-01", at(31), kline{at(29), "13"})}, nil,
+			Application, "correlate: the coordinator's job event", []JobEvent{{At: at(29), Job: "4101", Xid: 13, Nodes: []string{"gpu-01", "gpu-02", "gpu-03"},
+				Reason: "application Xid 13 on 3 nodes within 2m: one job's crash, no node drained"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,7 +164,7 @@ func TestBucket(t *testing.T) {
 			if tc.job != "" {
 				js = []Job{jobs[tc.job]}
 			}
-			rep := Build(Input{Node: "gpu-01", Job: tc.job, Jobs: js, Results: tc.results, Peers: tc.peers,
+			rep := Build(Input{Node: "gpu-01", Job: tc.job, Jobs: js, Results: tc.results, Peers: tc.peers, JobEvents: tc.events,
 				Since: jobStart.Add(-6 * time.Hour), Until: jobEnd.Add(time.Hour)})
 			if rep.Bucket != tc.bucket || rep.Rule != tc.rule {
 				t.Fatalf("bucket %s by %q (%s), want %s by %q\ntimeline: %+v", rep.Bucket, rep.Rule, rep.Reason, tc.bucket, tc.rule, rep.Timeline)
@@ -285,8 +291,8 @@ func TestTableGolden(t *testing.T) {
 			{At: at(31).Add(2 * time.Second), Kind: "state_change", Actor: "coordinator", Message: "healthy -> failed: gpu.xid fail (GPU3 XID_79)"},
 			{At: at(31).Add(3 * time.Second), Kind: "audit", Actor: "drain-policy", Message: "drain gpu-01: gpu.xid fail"},
 		},
-		Drains: []Entry{{At: at(31).Add(4 * time.Second), Source: SourceSlurm, Kind: KindDrain, Node: "gpu-01", Detail: `node IDLE+DRAIN: "fleetcheck: gpu.xid: GPU3 XID_79" (by root)`}},
-		Since:  jobStart.Add(-time.Hour), Until: jobEnd.Add(time.Hour),
+		Entries: []Entry{{At: at(31).Add(4 * time.Second), Source: SourceSlurm, Kind: KindDrain, Node: "gpu-01", Detail: `node IDLE+DRAIN: "fleetcheck: gpu.xid: GPU3 XID_79" (by root)`}},
+		Since:   jobStart.Add(-time.Hour), Until: jobEnd.Add(time.Hour),
 		Notes: []string{"sacct not found: finished jobs only as long as slurmctld keeps them (MinJobAge)"},
 	}
 	rep := Build(in)
