@@ -471,7 +471,7 @@ func checkChanges(node string, results []Result, in Input) []Entry {
 	last := map[string]report.Status{}
 	for _, r := range results {
 		c := r.Check
-		if c.Name == "gpu.xid" || !(strings.HasPrefix(c.Name, "gpu.") || strings.HasPrefix(c.Name, "ib.") || strings.HasPrefix(c.Name, "nccl.") || strings.HasPrefix(c.Name, "dcgm.")) {
+		if c.Name == "gpu.xid" || !hasPrefix(c.Name, "gpu.", "ib.", "nccl.", "dcgm.") {
 			continue
 		}
 		prev, seen := last[c.Name]
@@ -490,6 +490,16 @@ func checkChanges(node string, results []Result, in Input) []Entry {
 			Detail: fmt.Sprintf("%s %s%s", c.Name, change, checkDetail(c))})
 	}
 	return out
+}
+
+// hasPrefix reports whether s starts with one of prefixes.
+func hasPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func checkDetail(c report.CheckResult) string {
@@ -613,7 +623,7 @@ func hardwareFaults(results []Result, during func(time.Time) bool) []fault {
 			if f.Severity != report.SevFail || !during(r.At) {
 				continue
 			}
-			if !(strings.HasPrefix(c.Name, "gpu.") || strings.HasPrefix(c.Name, "ib.") || strings.HasPrefix(c.Name, "dcgm.")) {
+			if !hasPrefix(c.Name, "gpu.", "ib.", "dcgm.") {
 				continue
 			}
 			out = append(out, fault{at: r.At, rule: fmt.Sprintf("%s %s: fail", c.Name, f.Code),

@@ -3,6 +3,7 @@ package triage
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -312,5 +313,35 @@ func TestTableGolden(t *testing.T) {
 	}
 	if b.String() != string(want) {
 		t.Fatalf("table differs from %s (UPDATE_GOLDEN=1 rewrites it):\n%s", golden, b.String())
+	}
+}
+
+// BenchmarkBuild is a busy day of one node in a 64-node job: 10,000
+// check results (an Xid 79 among them) and 64 peers' Xid results.
+func BenchmarkBuild(b *testing.B) {
+	at := func(s int) time.Time { return jobStart.Add(time.Duration(s) * time.Second) }
+	var results, peers []Result
+	for i := range 10000 {
+		st := report.Pass
+		var fs []report.Finding
+		if i == 5001 { // a gpu.xid result
+			st, fs = report.Fail, []report.Finding{xid79(at(i * 8))}
+		}
+		name := []string{"gpu.ecc", "gpu.xid", "gpu.thermal", "ib.ports"}[i%4]
+		if name != "gpu.xid" {
+			fs = nil
+		}
+		results = append(results, Result{Node: "gpu-01", At: at(i * 8), Check: report.CheckResult{Name: name, Status: st, Findings: fs}})
+	}
+	for n := range 64 {
+		peers = append(peers, Result{Node: fmt.Sprintf("gpu-%02d", n+2), At: at(600), Check: report.CheckResult{Name: "gpu.xid", Status: report.Pass}})
+	}
+	job := Job{ID: "4101", State: "FAILED", ExitCode: "1:0", Start: jobStart, End: at(80000), Nodes: []string{"gpu-01"}}
+	in := Input{Node: "gpu-01", Job: "4101", Jobs: []Job{job}, Results: results, Peers: peers, Since: jobStart.Add(-time.Hour), Until: at(90000)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if rep := Build(in); rep.Bucket != Hardware {
+			b.Fatalf("bucket %s", rep.Bucket)
+		}
 	}
 }
