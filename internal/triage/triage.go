@@ -246,8 +246,11 @@ func Build(in Input) Report {
 		}
 	}
 
+	// A named job narrows the evidence to its own time; without one the
+	// question is the node's, and a fault anywhere in the window counts
+	// (the job rules still read the job picked).
 	from, to := in.Since, in.Until
-	if haveJob {
+	if haveJob && in.Job != "" {
 		from, to = jobWindow(job)
 	}
 	during := func(t time.Time) bool {

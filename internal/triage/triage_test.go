@@ -152,6 +152,11 @@ func TestBucket(t *testing.T) {
 			Unknown, "no fault", nil},
 		{"no job: an application xid alone", "", []Result{xidResult(t, "gpu-01", at(31), kline{at(29), "13"})}, nil,
 			Application, "xid 13: application Xid without a hardware fault", nil},
+		// No job named: the node's question. Its newest job was
+		// cancelled an hour before the GPU fell off the bus; the Xid is
+		// the answer, not the cancel.
+		{"no job named: a fault after the newest job", "", []Result{xidResult(t, "gpu-01", at(95), kline{at(90), "79"})}, nil,
+			Hardware, "xid 79: a hardware Xid in the catalog", nil},
 		// The peers' results are not readable, but the coordinator's
 		// remediation engine saw the crash on its configured 3 nodes.
 		{"the coordinator's job event", "4101", []Result{xidResult(t, "gpu-01", at(31), kline{at(29), "13"})}, nil,
@@ -164,6 +169,8 @@ func TestBucket(t *testing.T) {
 			var js []Job
 			if tc.job != "" {
 				js = []Job{jobs[tc.job]}
+			} else if tc.name == "no job named: a fault after the newest job" {
+				js = []Job{jobs["4107"], jobs["4103"]}
 			}
 			rep := Build(Input{Node: "gpu-01", Job: tc.job, Jobs: js, Results: tc.results, Peers: tc.peers, JobEvents: tc.events,
 				Since: jobStart.Add(-6 * time.Hour), Until: jobEnd.Add(time.Hour)})
