@@ -889,7 +889,12 @@ validation:
 		}
 		return last.Phase == "completed" || last.Phase == "halted" || last.Phase == "aborted" || last.Paused
 	}
-	n := share(len(faults), 3)
+	// The long run rolls the rollout back at the end: a fourth campaign.
+	campaigns := 4
+	if testing.Short() {
+		campaigns = 3
+	}
+	n := share(len(faults), campaigns)
 	left := h.run("rollout", faults[:n], rolloutFinal)
 	faults = append(left, faults[n:]...)
 	d := h.waitRollout(rid, 8*time.Minute, "the rollout to finish", func(d rolloutDoc) bool {
@@ -931,7 +936,7 @@ validation:
 		var r sweepReport
 		return tryJSON(h.fleet, &r, "sweep", "report", sid) && r.State != "running"
 	}
-	n = share(len(faults), 2)
+	n = share(len(faults), campaigns-1)
 	left = h.run("sweep", faults[:n], sweepFinal)
 	faults = append(left, faults[n:]...)
 	r := h.waitSweep(sid, 8*time.Minute, "the sweep to finish", func(r sweepReport) bool { return r.State != "running" })
@@ -965,7 +970,12 @@ who: oncall@example.com
 		rep, ok := h.burninReport(bid)
 		return ok && rep.Campaign.State != "running"
 	}
-	left = h.run("burn-in", faults, burninFinal)
+	n = len(faults)
+	if campaigns == 4 {
+		n = share(len(faults), 2)
+	}
+	left = h.run("burn-in", faults[:n], burninFinal)
+	faults = append(left, faults[n:]...)
 	br := h.waitBurnin(bid, 8*time.Minute, "the burn-in to finish", func(r burninReport) bool { return r.Campaign.State != "running" })
 	h.note("burn-in %s ended %s (%s)", bid, br.summary(), br.Campaign.Reason)
 	if br.Campaign.State != "done" {
@@ -983,6 +993,36 @@ who: oncall@example.com
 	h.checkUpgradedAtMostOnce(nil)
 	h.checkBreaker("burn-in")
 	h.checkStoredOnce("burn-in")
+
+	// 4. (make chaos) The rollout rolled back: every node back on its
+	// driver, each rolled back exactly once, none upgraded again.
+	if campaigns == 4 && d.Phase == "completed" {
+		h.startCampaign("rollout", "rollback", rid)
+		h.note("rollout %s rolling back", rid)
+		rollbackFinal := func() bool {
+			var d rolloutDoc
+			return tryJSON(h.fleet, &d, "rollout", "status", rid) && (d.Phase == "rolled-back" || d.Phase == "halted" || d.Paused)
+		}
+		faults = h.run("rollback", faults, rollbackFinal)
+		d = h.waitRollout(rid, 8*time.Minute, "the rollback to finish", func(d rolloutDoc) bool {
+			return d.Phase == "rolled-back" || d.Phase == "halted" || d.Paused
+		})
+		h.note("rollback of %s ended %s (halt reason %q)", rid, d.summary(), d.HaltReason)
+		if d.Phase != "rolled-back" {
+			t.Errorf("rollback ended %s (halt %q, pause %q)", d.Phase, d.HaltReason, d.PauseReason)
+		}
+		for _, a := range h.agents {
+			st := a.simState(t)
+			if nd := d.node(a.node); nd.State != "rolled-back" || st.Driver != fromDriver || st.Actions["driver-rollback"] != 1 {
+				t.Errorf("%s after the rollback: %s (%s), driver %s, %d rollbacks", a.node, nd.State, nd.Reason, st.Driver, st.Actions["driver-rollback"])
+			}
+		}
+		h.checkUpgradedAtMostOnce(nil)
+		h.checkMaxUnavailable(rid)
+		h.checkBreaker("rollback")
+		h.checkStoredOnce("rollback")
+	}
+	left = faults
 
 	end := time.Now()
 	h.figures(end)
