@@ -44,6 +44,7 @@ func TestCoordinatorConfigRanges(t *testing.T) {
 		{"remediation.reboot_settle", "remediation: {reboot_settle: 3h}"},
 		{"remediation.verify_timeout", "remediation: {verify_timeout: 48h}"},
 		{"remediation.held_retry", "remediation: {held_retry: 1s}"},
+		{"remediation.parallel", "remediation: {parallel: 257}"},
 		{"remediation.rma.retries", "remediation: {rma: {retries: 101}}"},
 		{"remediation.rma.backoff", "remediation: {rma: {backoff: 2h}}"},
 		{"remediation.rma.timeout", "remediation: {rma: {timeout: 10m}}"},

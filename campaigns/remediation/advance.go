@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
@@ -16,12 +17,38 @@ import (
 // refused: that waits as long as it takes) is tried.
 const maxHeld = 5
 
+// turn orders the breaker's answers within one round of steps, oldest
+// remediation first, though the steps run at once: a drain asks after
+// the one before it has been answered.
+type turn struct {
+	prev <-chan struct{} // nil: first
+	done chan struct{}
+	once sync.Once
+}
+
+func (t *turn) wait(ctx context.Context) {
+	if t == nil || t.prev == nil {
+		return
+	}
+	select {
+	case <-t.prev:
+	case <-ctx.Done():
+	}
+}
+
+func (t *turn) pass() {
+	if t != nil {
+		t.once.Do(func() { close(t.done) })
+	}
+}
+
 // advance moves r on by one transition; the new state is saved before
-// the next one acts on it.
-func (e *Engine) advance(ctx context.Context, r *Remediation) error {
+// the next one acts on it. tn is r's turn at the breaker (a drain).
+func (e *Engine) advance(ctx context.Context, r *Remediation, tn *turn) error {
+	defer tn.pass()
 	switch r.State {
 	case StateHeld, StateDraining:
-		return e.drainStep(ctx, r)
+		return e.drainStep(ctx, r, tn)
 	case StateActing:
 		return e.act(ctx, r)
 	case StateVerifying:
@@ -32,7 +59,7 @@ func (e *Engine) advance(ctx context.Context, r *Remediation) error {
 	return nil
 }
 
-func (e *Engine) drainStep(ctx context.Context, r *Remediation) error {
+func (e *Engine) drainStep(ctx context.Context, r *Remediation, tn *turn) error {
 	now := e.now()
 	n, known, err := kit.LookupNode(ctx, e.d.Fleet, r.Node)
 	if err != nil {
@@ -50,7 +77,10 @@ func (e *Engine) drainStep(ctx context.Context, r *Remediation) error {
 	if err != nil {
 		return err
 	}
-	if err := e.d.Breaker.Allow(Actor, r.Node, len(fleet)); err != nil {
+	tn.wait(ctx)
+	err = e.d.Breaker.Allow(Actor, r.Node, len(fleet))
+	tn.pass()
+	if err != nil {
 		first := r.State != StateHeld
 		r.State, r.Reason, r.DueAt = StateHeld, err.Error(), now.Add(e.cfg.HeldRetry)
 		what := ""
@@ -105,14 +135,47 @@ func (e *Engine) climb(ctx context.Context, r *Remediation, now time.Time, why s
 	return e.enter(ctx, r, now, fmt.Sprintf("%s did not hold (%s): climbing to %s", from, why, r.Step))
 }
 
+// maxWaitFor bounds how long a step waits for a node that is not ready
+// for it (a job still running on the drained node, its agent away or
+// refusing): then the remediation fails with the node left drained.
+const maxWaitFor = 24 * time.Hour
+
+// wait leaves r where it is, to try again after held_retry: what stops
+// the step says nothing about the part, so it does not climb the ladder.
+func (e *Engine) wait(ctx context.Context, r *Remediation, now time.Time, why string) error {
+	r.Attempts++
+	if limit := max(maxHeld, int(maxWaitFor/e.cfg.HeldRetry)); r.Attempts > limit {
+		r.State, r.Reason, r.FinishedAt, r.DueAt = StateFailed, fmt.Sprintf("%s, %d tries: given up, node left drained", why, r.Attempts-1), now, time.Time{}
+		return e.save(ctx, r, now, r.Reason)
+	}
+	what := ""
+	if r.Reason != why {
+		what = why + fmt.Sprintf("; trying again every %v", e.cfg.HeldRetry)
+	}
+	r.Reason, r.DueAt = why, now.Add(e.cfg.HeldRetry)
+	return e.save(ctx, r, now, what)
+}
+
 func (e *Engine) act(ctx context.Context, r *Remediation) error {
 	now := e.now()
+	// A drain lets the running job end (Slurm's DRAINING): the action
+	// waits for it rather than refusing (the wrappers refuse a busy GPU)
+	// and climbing on that.
+	if n, known, err := kit.LookupNode(ctx, e.d.Fleet, r.Node); err != nil {
+		return err
+	} else if known && n.Activity == "busy" {
+		return e.wait(ctx, r, now, "waiting for the job on the drained node to end")
+	}
 	name, params := e.action(r)
 	res, err := e.d.Fleet.RunAction(ctx, r.Node, name, params, kit.RunOptions{Timeout: e.cfg.ActionTimeout, ID: fmt.Sprintf("%s.%d", r.ID, r.Rung)})
 	run := &ActionRun{Step: r.Step, Action: name, Params: params, OK: err == nil && res.OK, Message: res.Message, At: e.now()}
 	// A reboot takes the agent with it: its answer may never come.
 	if r.Step == StepReboot && (errors.Is(err, kit.ErrUnreachable) || errors.Is(err, kit.ErrTimeout)) {
 		run.OK, run.Message = true, "agent went away with the reboot: "+err.Error()
+	} else if errors.Is(err, kit.ErrUnreachable) || errors.Is(err, kit.ErrRefused) {
+		// The agent is away (or connected to another coordinator) or
+		// refused the request (the node is busy): nothing ran.
+		return e.wait(ctx, r, now, fmt.Sprintf("agent action %s not run: %v", name, err))
 	} else if err != nil {
 		run.Message = err.Error()
 	}
@@ -147,6 +210,11 @@ func (e *Engine) verify(ctx context.Context, r *Remediation) error {
 	}
 	v := &Verify{Passed: true}
 	rep, err := e.d.Fleet.RunChecks(ctx, r.Node, e.cfg.VerifyChecks, kit.RunOptions{Timeout: e.cfg.ActionTimeout})
+	if errors.Is(err, kit.ErrUnreachable) && now.Sub(since) <= e.cfg.VerifyTimeout {
+		// Not connected here (yet): as an agent not back, wait.
+		r.DueAt = now.Add(min(time.Minute, e.cfg.VerifyTimeout))
+		return e.save(ctx, r, now, "")
+	}
 	if err != nil {
 		v.Passed, v.Failed = false, append(v.Failed, "passive checks: "+err.Error())
 	} else {

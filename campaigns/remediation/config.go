@@ -47,10 +47,14 @@ type Config struct {
 	RebootSettle  time.Duration `yaml:"reboot_settle"`
 	VerifyTimeout time.Duration `yaml:"verify_timeout"`
 	// HeldRetry is how long a drain the breaker refused waits to ask again.
-	HeldRetry   time.Duration `yaml:"held_retry"`
-	OptOutLabel string        `yaml:"opt_out_label" json:"opt_out_label"`
-	Maintenance []Window      `yaml:"maintenance" json:"maintenance"`
-	RMA         RMAConfig     `yaml:"rma" json:"rma"`
+	HeldRetry time.Duration `yaml:"held_retry"`
+	// Parallel bounds the remediations moving at once (each drain, agent
+	// action, verification in a step of its own): a slow action holds
+	// only its node.
+	Parallel    int       `yaml:"parallel" json:"parallel"`
+	OptOutLabel string    `yaml:"opt_out_label" json:"opt_out_label"`
+	Maintenance []Window  `yaml:"maintenance" json:"maintenance"`
+	RMA         RMAConfig `yaml:"rma" json:"rma"`
 	// Rules are the escalation and correlation rules.
 	Rules escalate.Config `yaml:"rules" json:"rules"`
 }
@@ -90,6 +94,7 @@ const (
 	DefaultRMARetries    = 8
 	DefaultRMABackoff    = 30 * time.Second
 	DefaultRMATimeout    = 10 * time.Second
+	DefaultParallel      = 16
 	// ActionCollect names the support-bundle action in Actions.
 	ActionCollect = "collect"
 )
@@ -114,6 +119,7 @@ var (
 	RangeRMARetries    = config.R(1, 100)
 	RangeRMABackoff    = config.R(time.Second, time.Hour)
 	RangeRMATimeout    = config.R(time.Second, 5*time.Minute)
+	RangeParallel      = config.R(1, 256)
 )
 
 var actionNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -159,6 +165,9 @@ func (c Config) WithDefaults() Config {
 	if c.RMA.Retries == 0 {
 		c.RMA.Retries = DefaultRMARetries
 	}
+	if c.Parallel == 0 {
+		c.Parallel = DefaultParallel
+	}
 	if c.RMA.Source == "" {
 		c.RMA.Source = "fleetcheck/coordinator"
 	}
@@ -188,7 +197,8 @@ func (c Config) Validate() error {
 		RangeHeldRetry.CheckOrZero(p+"held_retry", c.HeldRetry),
 		RangeRMARetries.CheckOrZero(p+"rma.retries", c.RMA.Retries),
 		RangeRMABackoff.CheckOrZero(p+"rma.backoff", c.RMA.Backoff),
-		RangeRMATimeout.CheckOrZero(p+"rma.timeout", c.RMA.Timeout))
+		RangeRMATimeout.CheckOrZero(p+"rma.timeout", c.RMA.Timeout),
+		RangeParallel.CheckOrZero(p+"parallel", c.Parallel))
 	keys := make([]string, 0, len(c.Actions))
 	for k := range c.Actions {
 		keys = append(keys, k)

@@ -25,6 +25,9 @@ import (
 // Actor is the breaker's campaign name and the drains' reason prefix.
 const Actor = "remediation"
 
+// maxNotes bounds the later triggers kept on one remediation.
+const maxNotes = 50
+
 // Baselines gives a node's stored single-node all_reduce bus bandwidth;
 // ok is false when none is stored.
 type Baselines interface {
@@ -66,7 +69,15 @@ type Engine struct {
 	mu    sync.Mutex // rules, seq, and the read-modify-write of items
 	rules *escalate.Rules
 	seq   int
-	step  sync.Mutex
+	kick  chan struct{} // wakes Run
+
+	// moving holds the nodes whose remediation a step or an operator is
+	// moving now (one remediation per node is open at a time): never two
+	// at once on one node. slots bounds the steps running (Parallel).
+	movMu   sync.Mutex
+	moving  map[string]chan struct{}
+	slots   chan struct{}
+	workers sync.WaitGroup
 }
 
 // New opens the engine on deps.DB (creating its tables); cfg is
@@ -82,7 +93,8 @@ func New(ctx context.Context, cfg Config, d Deps) (*Engine, error) {
 		d.Clock = kit.WallClock{}
 	}
 	cfg = cfg.WithDefaults()
-	e := &Engine{cfg: cfg, d: d, http: d.HTTP, log: d.Log.With().Str("subsystem", "remediation").Logger(), rules: escalate.New(cfg.Rules)}
+	e := &Engine{cfg: cfg, d: d, http: d.HTTP, log: d.Log.With().Str("subsystem", "remediation").Logger(), rules: escalate.New(cfg.Rules),
+		kick: make(chan struct{}, 1), moving: map[string]chan struct{}{}, slots: make(chan struct{}, cfg.Parallel)}
 	if e.http == nil {
 		e.http = &http.Client{Timeout: cfg.RMA.Timeout}
 	}
@@ -219,10 +231,19 @@ func (e *Engine) Trigger(ctx context.Context, t Trigger) (string, error) {
 	if open, err := e.open(ctx, t.Node); err != nil {
 		return "", err
 	} else if open != nil {
-		if len(open.Notes) < 50 {
+		if len(open.Notes) < maxNotes {
 			open.Notes = append(open.Notes, t.At.UTC().Format(time.RFC3339)+" "+t.Reason)
 			open.UpdatedAt = now
-			if err := saveItem(ctx, e.d.DB, open); err != nil {
+			what := ""
+			if open.State == StateShadow && open.Component == t.Component {
+				// What auto mode would have done: the part was back in
+				// service and failed again, so the ladder climbs.
+				open.ShadowRecurs++
+				next := min(open.Rung+open.ShadowRecurs, len(open.Ladder)-1)
+				what = fmt.Sprintf("recurred %s (%s): in auto mode it would climb to %s", t.At.UTC().Format(time.RFC3339), t.Reason, open.Ladder[next])
+				open.Would = append(open.Would, what)
+			}
+			if err := e.save(ctx, open, now, what); err != nil {
 				return "", err
 			}
 		}
@@ -287,6 +308,9 @@ func (e *Engine) Trigger(ctx context.Context, t Trigger) (string, error) {
 		return "", fmt.Errorf("record remediation: %w", err)
 	}
 	e.log.Info().Str("node", r.Node).Str("remediation", r.ID).Str("state", string(r.State)).Str("step", r.Step).Msg(what)
+	if r.State == StateDraining {
+		e.wake()
+	}
 	return r.ID, nil
 }
 
@@ -306,7 +330,15 @@ func (e *Engine) plan(r *Remediation) []string {
 	if e.cfg.VerifyAllReduce != "" {
 		out = append(out, fmt.Sprintf("verify: %s within %.0f%% of the node's baseline", e.cfg.VerifyAllReduce, e.cfg.Tolerance*100))
 	}
-	return append(out, "return to service")
+	if r.Step == StepReplace {
+		return append(out, "keep the node drained until the part is replaced (approve)")
+	}
+	out = append(out, "return to service")
+	if r.Rung+1 < len(r.Ladder) {
+		out = append(out, fmt.Sprintf("if %s fails again (this step does not hold, or it recurs within %v of its return): %s",
+			r.Component, e.cfg.RecurWindow, strings.Join(r.Ladder[r.Rung+1:], ", then ")))
+	}
+	return out
 }
 
 // suppressed says why the health path must leave the node alone, "" when not.
@@ -427,10 +459,17 @@ func (e *Engine) Cancel(ctx context.Context, id, who, reason string) (Remediatio
 }
 
 func (e *Engine) operator(ctx context.Context, id string, fn func(*Remediation, time.Time) (string, error)) (Remediation, error) {
-	e.step.Lock() // never beside a Step moving the same item
-	defer e.step.Unlock()
 	r, err := e.Get(ctx, id)
 	if err != nil {
+		return Remediation{}, err
+	}
+	// Never beside a step moving the same node: wait for it (a slow
+	// agent action is bounded by action_timeout), then read again.
+	if err := e.claimWait(ctx, r.Node); err != nil {
+		return Remediation{}, err
+	}
+	defer e.release(r.Node)
+	if r, err = e.Get(ctx, id); err != nil {
 		return Remediation{}, err
 	}
 	now := e.now()
@@ -441,6 +480,7 @@ func (e *Engine) operator(ctx context.Context, id string, fn func(*Remediation, 
 	if err := e.save(ctx, &r, now, what); err != nil {
 		return Remediation{}, err
 	}
+	e.wake()
 	return e.Get(ctx, id)
 }
 
@@ -472,11 +512,71 @@ func (e *Engine) NextDue(ctx context.Context) (time.Time, bool, error) {
 	return campaigndb.ParseTime(s.String), true, nil
 }
 
-// Step moves every due remediation on by one transition and closes the
-// rules' windows that have passed. It reports how many moved.
+// claim marks node as being moved; false when it already is.
+func (e *Engine) claim(node string) bool {
+	e.movMu.Lock()
+	defer e.movMu.Unlock()
+	if _, busy := e.moving[node]; busy {
+		return false
+	}
+	e.moving[node] = make(chan struct{})
+	return true
+}
+
+// claimWait claims node, waiting while another mover has it.
+func (e *Engine) claimWait(ctx context.Context, node string) error {
+	for {
+		e.movMu.Lock()
+		ch, busy := e.moving[node]
+		if !busy {
+			e.moving[node] = make(chan struct{})
+			e.movMu.Unlock()
+			return nil
+		}
+		e.movMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (e *Engine) release(node string) {
+	e.movMu.Lock()
+	ch := e.moving[node]
+	delete(e.moving, node)
+	e.movMu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// stillDue reads remediation id again: ok when it is still due at now
+// in a state that is stepped.
+func (e *Engine) stillDue(ctx context.Context, id string, now time.Time) (Remediation, bool, error) {
+	rs, err := loadItems(ctx, e.d.DB, `WHERE id = ? AND due_at <> '' AND due_at <= ? AND state IN (?, ?, ?, ?, ?)`, id, campaigndb.Time(now),
+		string(StateHeld), string(StateDraining), string(StateActing), string(StateVerifying), string(StateRMA))
+	if err != nil || len(rs) == 0 {
+		return Remediation{}, false, err
+	}
+	return rs[0], true, nil
+}
+
+// Step moves every due remediation on by one transition, up to Parallel
+// of them at once, waits for them, and closes the rules' windows that
+// have passed. It reports how many moved. Tests and the simulator drive
+// it; Run does not wait for a slow one.
 func (e *Engine) Step(ctx context.Context) (int, error) {
-	e.step.Lock()
-	defer e.step.Unlock()
+	return e.dispatch(ctx, true)
+}
+
+// dispatch starts a step for each due remediation whose node no step or
+// operator is moving, oldest first, each in a slot of Parallel. With wait
+// it waits for free slots and for the steps; without, it leaves what
+// finds no free slot for the next round and returns at once (Run), each
+// step waking Run when it ends. It reports how many started.
+func (e *Engine) dispatch(ctx context.Context, wait bool) (int, error) {
 	now := e.now()
 	e.mu.Lock()
 	vs := e.rules.Flush(now)
@@ -487,30 +587,121 @@ func (e *Engine) Step(ctx context.Context) (int, error) {
 	if lerr != nil {
 		return 0, errors.Join(err, lerr)
 	}
-	moved := 0
-	for i := len(due) - 1; i >= 0; i-- { // oldest first
+	var (
+		started int
+		emu     sync.Mutex
+		errs    []error
+		steps   sync.WaitGroup
+	)
+	// Oldest first; the breaker's answers go in that order too (turn).
+	var prev <-chan struct{}
+	for i := len(due) - 1; i >= 0; i-- {
 		r := due[i]
-		if serr := e.advance(ctx, &r); serr != nil {
-			err = errors.Join(err, serr)
+		if !e.claim(r.Node) {
 			continue
 		}
-		moved++
+		// Read again under the claim: a step that ended since the list
+		// was read may have moved it (its action must not run twice).
+		if fresh, ok, ferr := e.stillDue(ctx, r.ID, now); ferr != nil || !ok {
+			e.release(r.Node)
+			err = errors.Join(err, ferr)
+			continue
+		} else {
+			r = fresh
+		}
+		if wait {
+			select {
+			case e.slots <- struct{}{}:
+			case <-ctx.Done():
+				e.release(r.Node)
+				return started, errors.Join(err, ctx.Err())
+			}
+		} else {
+			select {
+			case e.slots <- struct{}{}:
+			default:
+				e.release(r.Node)
+				continue
+			}
+		}
+		var tn *turn
+		if r.State == StateHeld || r.State == StateDraining {
+			tn = &turn{prev: prev, done: make(chan struct{})}
+			prev = tn.done
+		}
+		started++
+		steps.Add(1)
+		e.workers.Add(1)
+		go func() {
+			defer e.workers.Done()
+			defer steps.Done()
+			defer e.wake()
+			defer e.release(r.Node)
+			defer func() { <-e.slots }()
+			serr := e.advance(ctx, &r, tn)
+			switch {
+			case serr == nil:
+			case wait:
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", r.ID, serr))
+				emu.Unlock()
+			case ctx.Err() == nil:
+				e.log.Warn().Err(serr).Str("remediation", r.ID).Str("node", r.Node).Msg("remediation step")
+			}
+		}()
 	}
-	return moved, err
+	if !wait {
+		return started, err
+	}
+	steps.Wait()
+	return started, errors.Join(append(errs, err)...)
 }
 
-// Run steps the engine every poll until ctx ends.
+// Run steps the engine until ctx ends: each due remediation moves in a
+// step of its own (up to Parallel at once), so a slow agent action holds
+// only its own node; it looks for due work every poll, and at once when
+// a step ends or an operator or trigger has work due now. It returns
+// once the steps under way have ended.
 func (e *Engine) Run(ctx context.Context, poll time.Duration) error {
 	if poll <= 0 {
 		poll = 10 * time.Second
 	}
+	defer e.workers.Wait()
 	for {
-		if _, err := e.Step(ctx); err != nil && ctx.Err() == nil {
+		if _, err := e.dispatch(ctx, false); err != nil && ctx.Err() == nil {
 			e.log.Warn().Err(err).Msg("remediation step")
 		}
-		// kit.Sleep: on a virtual clock the wait lets simulated time move.
+		if err := e.pause(ctx, poll); err != nil {
+			return err
+		}
+	}
+}
+
+// pause waits poll, or less when an operator or a trigger has work due
+// now (kick). On a virtual clock it sleeps (kit.Sleep), so simulated time
+// moves.
+func (e *Engine) pause(ctx context.Context, poll time.Duration) error {
+	if _, virtual := e.d.Clock.(interface {
+		Sleep(context.Context, time.Duration) error
+	}); virtual {
 		if err := kit.Sleep(ctx, e.d.Clock, poll); err != nil {
 			return ctx.Err()
 		}
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.kick:
+	case <-e.d.Clock.After(poll):
+	}
+	return nil
+}
+
+// wake has Run step at once (work is due now).
+func (e *Engine) wake() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/sqldb"
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -440,5 +441,107 @@ func TestConfigValidate(t *testing.T) {
 		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v", tc.want, err)
 		}
+	}
+}
+
+// One slow agent action does not hold the others: in Run, a node whose
+// reset hangs stays acting while another node's remediation is drained,
+// reset, verified and returned; the slow node gets no second step while
+// its first runs; once its action returns it completes too.
+func TestSlowActionHoldsOnlyItsNode(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, auto(), kit.BreakerConfig{})
+	release := make(chan struct{})
+	r.f.mu.Lock()
+	r.f.hold = map[string]chan struct{}{"n01": release}
+	r.f.entered = make(chan string, 4)
+	r.f.mu.Unlock()
+	slow := r.trigger(t, "n01", "GPU0", StepResetGPU) // the older: it goes first
+	fast := r.trigger(t, "n02", "GPU1", StepResetGPU)
+	ctx, cancel := context.WithCancel(r.ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.e.Run(ctx, time.Hour) }()
+	defer func() {
+		cancel()
+		if err := <-ran; !errors.Is(err, context.Canceled) {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	select {
+	case n := <-r.f.entered:
+		if n != "n01" {
+			t.Fatalf("%s's action held, want n01's", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("n01's action never started")
+	}
+	waitState := func(id string, st State) Remediation {
+		t.Helper()
+		var x Remediation
+		testwait.For(t, 10*time.Second, id+" to be "+string(st), func() (bool, string) {
+			x = r.get(t, id)
+			return x.State == st, string(x.State) + ": " + x.Reason
+		})
+		return x
+	}
+	waitState(fast, StateVerifying)
+	r.c.Add(2 * time.Minute) // past settle: n02 is due for its verification, n01 is due too
+	r.e.wake()
+	waitState(fast, StateDone)
+	if x := r.get(t, slow); x.State != StateActing || !r.drained(t, "n01") {
+		t.Fatalf("n01 while its action hangs: %s", x.State)
+	}
+	if got := r.f.ran(); !slices.Equal(slices.Sorted(slices.Values(got)), []string{"n01 gpu-reset map[gpu:0]", "n02 gpu-reset map[gpu:1]"}) {
+		t.Fatalf("actions %q: n01 got a second step while its first ran?", got)
+	}
+	close(release)
+	waitState(slow, StateVerifying)
+	r.c.Add(2 * time.Minute)
+	r.e.wake()
+	waitState(slow, StateDone)
+}
+
+// Shadow mode records what it would do, with the climb a part that
+// fails again would take, and sends nothing to any agent: no action, no
+// check run, no drain, nothing counted by the breaker.
+func TestShadowRecordsTheClimb(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, Config{}, kit.BreakerConfig{})
+	r.f.set("n01", func(n *fakeNode) { n.faults["GPU3"] = fault{"XID_48", ""} })
+	id := r.trigger(t, "n01", "GPU3", StepResetGPU)
+	x := r.get(t, id)
+	want := []string{
+		"drain n01 (behind the breaker)",
+		"run agent action gpu-reset map[gpu:3] (reset_gpu)",
+		"verify: " + strings.Join(DefaultVerifyChecks, ", "),
+		"verify: nccl.allreduce within 30% of the node's baseline",
+		"return to service",
+		"if GPU3 fails again (this step does not hold, or it recurs within 168h0m0s of its return): reboot, then replace",
+	}
+	if !slices.Equal(x.Would, want) {
+		t.Fatalf("would:\n%s\nwant:\n%s", strings.Join(x.Would, "\n"), strings.Join(want, "\n"))
+	}
+	// The part fails again, twice: the climbs auto mode would take.
+	for _, next := range []string{StepReboot, StepReplace} {
+		r.c.Add(time.Hour)
+		if again := r.trigger(t, "n01", "GPU3", StepResetGPU); again != id {
+			t.Fatalf("a recurrence opened %s beside %s", again, id)
+		}
+		x = r.get(t, id)
+		if last := x.Would[len(x.Would)-1]; !strings.HasSuffix(last, "in auto mode it would climb to "+next) {
+			t.Fatalf("after a recurrence: %q, want a climb to %s", last, next)
+		}
+	}
+	if x.ShadowRecurs != 2 || x.State != StateShadow || !strings.Contains(x.Events[len(x.Events)-1].What, "would climb to replace") {
+		t.Fatalf("shadow after two recurrences: %+v", x)
+	}
+	// A replace would keep the node drained, with the RMA.
+	rp := r.get(t, r.trigger(t, "n02", "GPU1", StepReplace))
+	if w := strings.Join(rp.Would, "\n"); !strings.Contains(w, "open an RMA for GPU1") || !strings.HasSuffix(w, "keep the node drained until the part is replaced (approve)") {
+		t.Fatalf("replace would:\n%s", w)
+	}
+	drive(t, r.e, r.c, 24*time.Hour)
+	if sent := r.f.sent(); len(sent) != 0 || r.drained(t, "n01") || r.drained(t, "n02") || len(r.br.Records()) != 0 {
+		t.Fatalf("shadow mode reached the agents: sent %q, drained %v/%v, breaker %v", sent, r.drained(t, "n01"), r.drained(t, "n02"), r.br.Records())
 	}
 }

@@ -45,6 +45,12 @@ type fakeFleet struct {
 	mu      sync.Mutex
 	nodes   map[string]*fakeNode
 	actions []string // node action params, in order
+	// hold makes a node's actions wait until its channel closes; each
+	// says on entered that it started.
+	hold    map[string]chan struct{}
+	entered chan string
+	// checkRuns are the check runs asked for: "node [checks]".
+	checkRuns []string
 }
 
 func newFakeFleet(n int) *fakeFleet {
@@ -78,6 +84,7 @@ func (f *fakeFleet) Nodes(_ context.Context, sel string) ([]kit.Node, error) {
 func (f *fakeFleet) RunChecks(_ context.Context, node string, names []string, _ kit.RunOptions) (*report.Report, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.checkRuns = append(f.checkRuns, fmt.Sprintf("%s %v", node, names))
 	n := f.nodes[node]
 	rep := &report.Report{}
 	for _, name := range names {
@@ -96,15 +103,29 @@ func (f *fakeFleet) RunChecks(_ context.Context, node string, names []string, _ 
 	return rep, nil
 }
 
-func (f *fakeFleet) RunMulti(context.Context, []string, string, kit.RunOptions) (*report.Report, error) {
+func (f *fakeFleet) RunMulti(_ context.Context, nodes []string, check string, _ kit.RunOptions) (*report.Report, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.checkRuns = append(f.checkRuns, fmt.Sprintf("%v %s", nodes, check))
 	return nil, kit.ErrRefused
 }
 
-func (f *fakeFleet) RunAction(_ context.Context, node, action string, params map[string]string, _ kit.RunOptions) (kit.ActionResult, error) {
+func (f *fakeFleet) RunAction(ctx context.Context, node, action string, params map[string]string, _ kit.RunOptions) (kit.ActionResult, error) {
+	f.mu.Lock()
+	f.actions = append(f.actions, fmt.Sprintf("%s %s %v", node, action, params))
+	hold := f.hold[node]
+	f.mu.Unlock()
+	if hold != nil { // a slow agent: the action returns when the test says
+		f.entered <- node
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return kit.ActionResult{}, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := f.nodes[node]
-	f.actions = append(f.actions, fmt.Sprintf("%s %s %v", node, action, params))
 	step := map[string]string{"gpu-reset": StepResetGPU, "ib-port-reset": StepResetIBPort, "reboot": StepReboot}[action]
 	if action == "collect-bundle" {
 		// As the agent answers for deploy/actions/fleetcheck-collect-bundle.
@@ -130,6 +151,13 @@ func (f *fakeFleet) ran() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.actions...)
+}
+
+// sent is every request that reached an agent: actions and check runs.
+func (f *fakeFleet) sent() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append(append([]string(nil), f.actions...), f.checkRuns...)
 }
 
 func openDB(t *testing.T) *sqldb.DB { return dbtest.SQLite(t) }

@@ -159,8 +159,10 @@ type Remediation struct {
 	// component it recurred after (the ladder climbed from there).
 	Trigger Trigger `json:"trigger"`
 	Recurs  string  `json:"recurs,omitempty"`
-	// Would is, in shadow mode, what the engine would do.
-	Would []string `json:"would,omitempty"`
+	// Would is, in shadow mode, what the engine would do, and the climbs
+	// later failures of the part would take; ShadowRecurs counts those.
+	Would        []string `json:"would,omitempty"`
+	ShadowRecurs int      `json:"shadow_recurrences,omitempty"`
 	// Drained: the engine took the node out (and owes it a return).
 	Drained bool `json:"drained"`
 	// Attempts counts tries of the current state (held, verify, RMA send).

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 var events = campaigndb.EventLog{Table: "remediation_events", Key: "remediation_id", Index: "remediation_events_item", Noun: "remediation"}
@@ -31,7 +33,50 @@ CREATE TABLE IF NOT EXISTS remediation_jobs (
 	at   TEXT NOT NULL,
 	data TEXT NOT NULL -- JSON JobEvent
 );
-` + events.DDL()}
+` + cursorsDDL + events.DDL(), Steps: []campaigndb.Step{
+	{What: "feed cursors", Up: func(ctx context.Context, tx *sqldb.Tx) error { return campaigndb.ExecDDL(ctx, tx, cursorsDDL) }},
+}}
+
+// cursorsDDL keeps where a reader of the coordinator's results is (the
+// leader's feed, campaign_lead.go), so the next leader goes on from there.
+const cursorsDDL = `
+CREATE TABLE IF NOT EXISTS remediation_cursors (
+	name  TEXT NOT NULL PRIMARY KEY,
+	value TEXT NOT NULL,
+	at    TEXT NOT NULL
+);
+`
+
+// Cursor returns the named cursor's value; ok is false when none is kept.
+func (e *Engine) Cursor(ctx context.Context, name string) (string, bool, error) {
+	var v string
+	err := e.d.DB.QueryRowContext(ctx, `SELECT value FROM remediation_cursors WHERE name = ?`, name).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("remediation cursor %s: %w", name, err)
+	}
+	return v, true, nil
+}
+
+// SetCursor keeps the named cursor's value (through the engine's
+// database: under a lease the write is fenced).
+func (e *Engine) SetCursor(ctx context.Context, name, value string) error {
+	return e.d.DB.Tx(ctx, func(tx *sqldb.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE remediation_cursors SET value = ?, at = ? WHERE name = ?`, value, campaigndb.Time(e.now()), name)
+		if err != nil {
+			return fmt.Errorf("remediation cursor %s: %w", name, err)
+		}
+		if n, err := res.RowsAffected(); err == nil && n > 0 {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO remediation_cursors (name, value, at) VALUES (?, ?, ?)`, name, value, campaigndb.Time(e.now())); err != nil {
+			return fmt.Errorf("remediation cursor %s: %w", name, err)
+		}
+		return nil
+	})
+}
 
 // Event is one line of a remediation's history.
 type Event = campaigndb.Event

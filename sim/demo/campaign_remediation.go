@@ -110,6 +110,9 @@ type remFleet struct {
 	labels map[string]map[string]string
 	faults map[string]*remFault // hardware faults by node (one each)
 	acts   map[string]int       // agent actions run per node
+	// drains is the ladder's drain adapter: a node it drained has no job
+	// left (the simulated jobs end at the drain), the others are busy.
+	drains *drain.None
 }
 
 func (f *remFleet) node(name string) kit.Node {
@@ -118,7 +121,11 @@ func (f *remFleet) node(name string) kit.Node {
 		inv.GPUs = append(inv.GPUs, report.GPU{Index: i, Name: "NVIDIA H100 80GB HBM3", Serial: fmt.Sprintf("1654922%06d", crc(name)*8+i)})
 	}
 	inv.HCAs = []report.HCA{{Name: "mlx5_0", Model: "MT4129"}}
-	return kit.Node{Name: name, Labels: f.labels[name], State: "healthy", Activity: "busy", Connected: true, Inventory: inv}
+	activity := "busy"
+	if st, err := f.drains.Status(context.Background(), name); err == nil && st.Drained {
+		activity = "drained"
+	}
+	return kit.Node{Name: name, Labels: f.labels[name], State: "healthy", Activity: activity, Connected: true, Inventory: inv}
 }
 
 func crc(s string) int {
@@ -439,7 +446,8 @@ func runRemediation(ctx context.Context, opts CampaignOptions) (*RemediationResu
 	start := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 	clock := simfleet.NewClock(start)
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x72656d6564))
-	f := &remFleet{clock: clock, rng: rng, labels: map[string]map[string]string{}, faults: map[string]*remFault{}, acts: map[string]int{}}
+	f := &remFleet{clock: clock, rng: rng, labels: map[string]map[string]string{}, faults: map[string]*remFault{}, acts: map[string]int{},
+		drains: drain.NewNone(nil)}
 	for i := range nodes {
 		n := fmt.Sprintf("gpu-%04d", i+1)
 		f.names = append(f.names, n)
@@ -466,11 +474,13 @@ func runRemediation(ctx context.Context, opts CampaignOptions) (*RemediationResu
 		return nil, err
 	}
 	defer func() { _ = db.Close() }() // the demo's own store
-	cfg := remediation.Config{Mode: remediation.ModeAuto, Maintenance: []remediation.Window{mw}}
+	// One step at a time: the breaker's order and so the figures are the
+	// same on every run of a seed.
+	cfg := remediation.Config{Mode: remediation.ModeAuto, Maintenance: []remediation.Window{mw}, Parallel: 1}
 	if opts.remediationConfig != nil {
 		opts.remediationConfig(&cfg)
 	}
-	s.eng, err = remediation.New(ctx, cfg, remediation.Deps{DB: db, Fleet: f, Drain: drain.NewNone(nil), Breaker: s.br, Clock: clock,
+	s.eng, err = remediation.New(ctx, cfg, remediation.Deps{DB: db, Fleet: f, Drain: f.drains, Breaker: s.br, Clock: clock,
 		Log: zerolog.Nop(), Baselines: flatBaseline(480), Campaigns: s})
 	if err != nil {
 		return nil, err
