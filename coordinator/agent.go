@@ -670,7 +670,6 @@ func (s *Server) applyResult(x *session, r *store.Result) {
 	policy := s.drainPolicy()
 	why := policy.observe(e, r)
 	s.conditions().observe(e, r)
-	s.remedFeed().observe(r)
 	if e.sess == nil {
 		return // the stream is gone: unreachable wins
 	}

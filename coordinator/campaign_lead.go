@@ -15,6 +15,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/leader"
@@ -31,7 +32,8 @@ type engines struct {
 	rollout *rollout.Engine
 	burnin  *burnin.Engine
 	drill   *drill.Engine
-	db      *sqldb.DB // what they write through (fenced under a lease)
+	remed   *remediation.Engine // the remediation ladder (shadow mode unless configured)
+	db      *sqldb.DB           // what they write through (fenced under a lease)
 }
 
 func (c *campaigns) newEngines(ctx context.Context, d kit.Deps) (*engines, error) {
@@ -49,6 +51,11 @@ func (c *campaigns) newEngines(ctx context.Context, d kit.Deps) (*engines, error
 	}
 	if e.drill, err = drill.New(ctx, d, drill.Options{}); err != nil {
 		return nil, fmt.Errorf("drill: %w", err)
+	}
+	if e.remed, err = remediation.New(ctx, c.s.cfg.Remediation, remediation.Deps{DB: d.DB, Fleet: d.Fleet, Drain: d.Drainer,
+		Breaker: d.Breaker, Clock: d.Clock, Log: d.Logger, Campaigns: remedHolding{c, d.Busy},
+		Baselines: remedBaselines{c}, History: remedHistory{c}}); err != nil {
+		return nil, fmt.Errorf("remediation: %w", err)
 	}
 	return &e, nil
 }
@@ -74,6 +81,10 @@ func (c *campaigns) sweeps() sweep.Store      { return c.eng.Load().sweeps }
 func (c *campaigns) rollout() *rollout.Engine { return c.eng.Load().rollout }
 func (c *campaigns) burnin() *burnin.Engine   { return c.eng.Load().burnin }
 func (c *campaigns) drill() *drill.Engine     { return c.eng.Load().drill }
+
+// remed is the remediation engine: the leader's term's, else the one
+// built at start-up; both read the store.
+func (c *campaigns) remed() *remediation.Engine { return c.eng.Load().remed }
 
 // HAConfig makes this coordinator one of several over one PostgreSQL
 // store (docs/ha.md): they elect a leader through a lease in the
@@ -274,6 +285,11 @@ func (c *campaigns) startTerm(ctx context.Context) (*term, error) {
 	loop("rollout", e.rollout.Run)
 	loop("burnin", e.burnin.Run)
 	loop("drill", e.drill.Run)
+	// The ladder runs in the term too: stepped from the store (so what
+	// the previous leader left in flight goes on), fed from the results
+	// every coordinator stores, writing through the fenced handle.
+	loop("remediation", func(ctx context.Context) error { return e.remed.Run(ctx, remediationPoll) })
+	loop("remediation feed", func(ctx context.Context) error { return c.runRemedFeed(ctx, e.remed) })
 	return t, nil
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/burnin"
 	"github.com/fleetcheck/fleetcheck/campaigns/drill"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
-	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/leader"
@@ -90,8 +89,6 @@ type campaigns struct {
 	reads   *engines                // built at start-up: under a lease never run, they answer a follower's rollout reads
 	lease   *leader.Lease           // nil on SQLite or without ha:; then this coordinator always leads
 	lead    leadership              // the running term, if this coordinator leads (campaign_lead.go)
-	remed   *remediation.Engine     // the remediation ladder (shadow mode unless configured)
-	feed    *remedFeed
 
 	ctx      context.Context // the engines' life: cancelled by stop
 	cancel   context.CancelFunc
@@ -162,11 +159,7 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	}
 	c.eng.Store(e)
 	c.reads = e
-	if c.remed, err = remediation.New(ctx, s.cfg.Remediation, remediation.Deps{DB: sdb, Fleet: c.fleet, Drain: adapter, Breaker: c.breaker,
-		Clock: clock, Log: c.log, Campaigns: remedHolding{c, busy}, Baselines: remedBaselines{c}, History: remedHistory{c}}); err != nil {
-		return nil, fmt.Errorf("remediation: %w", err)
-	}
-	c.log.Info().Str("mode", string(c.remed.Mode())).Msg("remediation ladder on")
+	c.log.Info().Str("mode", string(e.remed.Mode())).Msg("remediation ladder on")
 	// The breaker keeps its window in memory: the campaigns' own records
 	// of their drains bring it back after a restart.
 	window := bc.Window
@@ -193,16 +186,6 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 		c.policy = newDrainPolicy(c.ctx, s, p, adapter, s.cfg.Drain.Adapter, c.breaker, c.log)
 		c.log.Info().Strs("actions", p.Actions).Strs("codes", p.Codes).Str("adapter", c.policy.via).Msg("drain policy on")
 	}
-	// The remediation ladder acts on this coordinator's agents' results,
-	// on every coordinator (not yet bound to the leader: docs/ha.md).
-	c.feed = newRemedFeed(c.ctx, c.remed, c.log)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		if err := c.remed.Run(c.ctx, remediationPoll); err != nil && !errors.Is(err, context.Canceled) {
-			c.log.Error().Err(err).Str("engine", "remediation").Msg("campaign engine stopped")
-		}
-	}()
 	return c, nil
 }
 
@@ -214,7 +197,6 @@ func (c *campaigns) stop() error {
 	c.wg.Wait()
 	c.policy.wait()
 	c.conds.wait()
-	c.feed.wait()
 	return c.db.Close()
 }
 
@@ -314,14 +296,6 @@ func (s *Server) conditions() *conditionWriter {
 		return nil
 	}
 	return s.camp.conds
-}
-
-// remedFeed is the remediation engine's result queue; nil without a fleet.
-func (s *Server) remedFeed() *remedFeed {
-	if s.camp == nil {
-		return nil
-	}
-	return s.camp.feed
 }
 
 // drainPolicy is the running drain policy; nil when it is off.

@@ -227,7 +227,7 @@ func consoleNotFound(err error) error {
 }
 
 func (c consoleSource) Remediations() console.Remediations {
-	if c.s.camp == nil || c.s.camp.remed == nil {
+	if c.s.camp == nil || c.s.camp.fleet == nil {
 		return nil
 	}
 	return consoleRemediations{svc: &remediationService{c: c.s.camp}}
@@ -238,14 +238,14 @@ func (c consoleSource) Remediations() console.Remediations {
 // checks and audit as `fleetcheck remediation approve|cancel`.
 type consoleRemediations struct{ svc *remediationService }
 
-func (k consoleRemediations) Mode() remediation.Mode { return k.svc.c.remed.Mode() }
+func (k consoleRemediations) Mode() remediation.Mode { return k.svc.c.remed().Mode() }
 
 func (k consoleRemediations) List(ctx context.Context, node string, state remediation.State) ([]remediation.Remediation, error) {
-	return k.svc.c.remed.List(ctx, node, state)
+	return k.svc.c.remed().List(ctx, node, state)
 }
 
 func (k consoleRemediations) Get(ctx context.Context, id string) (remediation.Remediation, error) {
-	x, err := k.svc.c.remed.Get(ctx, id)
+	x, err := k.svc.c.remed().Get(ctx, id)
 	if errors.Is(err, remediation.ErrNotFound) {
 		return x, fmt.Errorf("%w: %w", store.ErrNotFound, err)
 	}

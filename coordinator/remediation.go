@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -16,66 +16,178 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/authz"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
 // remediationPoll is how often the engine's loop steps.
 const remediationPoll = 10 * time.Second
 
-// remedFeed hands the agents' scheduled results to the remediation
-// engine off the ingest path: a full queue drops (and counts) a result
-// rather than holding up an agent's stream.
+// The leader's remediation feed reads the results every coordinator
+// stores (check_results in stored order) and hands the agents' scheduled
+// ones to the ladder.
+const (
+	remedFeedPoll  = 2 * time.Second
+	remedFeedBatch = 2000
+	// remedFeedGrace is how long a gap in the stored order is read again:
+	// a batch another coordinator has not committed yet holds numbers
+	// below rows already visible (an ingest batch commits in
+	// milliseconds; this is far more).
+	remedFeedGrace = 30 * time.Second
+	// remedFeedGaps bounds the gaps kept; the oldest go first.
+	remedFeedGaps = 256
+	// remedCursor names the feed's place in the store.
+	remedCursor = "results"
+)
+
+// remedGap is a run of stored-order numbers not seen yet.
+type remedGap struct {
+	from, to int64
+	since    time.Time // wall clock: commits are
+}
+
+// remedFeed is one term's reader of the stored results for the ladder.
+// Its place (the last number read) is kept in the store through the
+// term's fenced handle, so the next leader goes on from there.
 type remedFeed struct {
-	eng *remediation.Engine
-	log zerolog.Logger
-	ch  chan *store.Result
-	wg  sync.WaitGroup
-
-	mu      sync.Mutex
-	dropped int
+	st    *store.Store
+	eng   *remediation.Engine
+	log   zerolog.Logger
+	last  int64
+	saved int64
+	gaps  []remedGap
 }
 
-func newRemedFeed(ctx context.Context, eng *remediation.Engine, log zerolog.Logger) *remedFeed {
-	f := &remedFeed{eng: eng, log: log, ch: make(chan *store.Result, 1024)}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case r := <-f.ch:
-				if err := eng.Observe(ctx, r.Node, r.Checks, r.Finished, ""); err != nil && ctx.Err() == nil {
-					log.Warn().Err(err).Str("node", r.Node).Msg("remediation: result not taken")
-				}
+// runRemedFeed reads the store for the ladder until ctx ends.
+func (c *campaigns) runRemedFeed(ctx context.Context, eng *remediation.Engine) error {
+	f := &remedFeed{st: c.s.store, eng: eng, log: c.log}
+	if err := f.start(ctx); err != nil {
+		return err
+	}
+	for {
+		if err := f.poll(ctx); err != nil && ctx.Err() == nil {
+			f.log.Warn().Err(err).Msg("remediation feed")
+		}
+		// The wall clock, also under a simulated campaign clock: the feed
+		// waits for the database, whose commits are in real time.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(remedFeedPoll):
+		}
+	}
+}
+
+// start takes the place the previous term left, or, on a new install,
+// the end of what is stored (older results are not remediated).
+func (f *remedFeed) start(ctx context.Context) error {
+	v, ok, err := f.eng.Cursor(ctx, remedCursor)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if f.last, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return fmt.Errorf("remediation feed cursor %q: %w", v, err)
+		}
+		f.saved = f.last
+		return nil
+	}
+	if f.last, err = f.st.LastCheckSeq(ctx); err != nil {
+		return err
+	}
+	f.saved = -1
+	return f.save(ctx)
+}
+
+func (f *remedFeed) save(ctx context.Context) error {
+	if f.last == f.saved {
+		return nil
+	}
+	if err := f.eng.SetCursor(ctx, remedCursor, strconv.FormatInt(f.last, 10)); err != nil {
+		return err
+	}
+	f.saved = f.last
+	return nil
+}
+
+// poll reads the gaps again, then what is new, and hands each result's
+// scheduled checks to the engine.
+func (f *remedFeed) poll(ctx context.Context) error {
+	now := time.Now()
+	var rows []store.SeqCheck
+	keep := f.gaps[:0]
+	for _, g := range f.gaps {
+		if now.Sub(g.since) > remedFeedGrace {
+			continue
+		}
+		got, err := f.st.ChecksAfter(ctx, g.from-1, g.to, remedFeedBatch)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, got...)
+		from := g.from
+		for _, r := range got {
+			if r.Seq > from {
+				keep = append(keep, remedGap{from, r.Seq - 1, g.since})
 			}
+			from = r.Seq + 1
 		}
-	}()
-	return f
-}
-
-// observe queues a result of the agent's own schedule (campaign runs,
-// the ladder's own verifications among them, are left out).
-func (f *remedFeed) observe(r *store.Result) {
-	if f == nil || r.WorkID != "" {
-		return
-	}
-	select {
-	case f.ch <- r:
-	default:
-		f.mu.Lock()
-		f.dropped++
-		n := f.dropped
-		f.mu.Unlock()
-		if n == 1 || n%1000 == 0 {
-			f.log.Warn().Int("dropped", n).Msg("remediation: queue full, results dropped")
+		if from <= g.to {
+			keep = append(keep, remedGap{from, g.to, g.since})
 		}
 	}
+	f.gaps = keep
+	for {
+		got, err := f.st.ChecksAfter(ctx, f.last, 0, remedFeedBatch)
+		if err != nil {
+			return err
+		}
+		for _, r := range got {
+			if r.Seq > f.last+1 {
+				f.gaps = append(f.gaps, remedGap{f.last + 1, r.Seq - 1, now})
+			}
+			f.last = r.Seq
+		}
+		rows = append(rows, got...)
+		if len(got) < remedFeedBatch || ctx.Err() != nil {
+			break
+		}
+	}
+	if n := len(f.gaps) - remedFeedGaps; n > 0 {
+		f.gaps = append(f.gaps[:0], f.gaps[n:]...)
+	}
+	f.observe(ctx, rows)
+	return f.save(ctx)
 }
 
-func (f *remedFeed) wait() {
-	if f != nil {
-		f.wg.Wait()
+// observe groups rows by result and hands the scheduled ones (campaign
+// runs, the ladder's own verifications among them, are left out) to the
+// engine.
+func (f *remedFeed) observe(ctx context.Context, rows []store.SeqCheck) {
+	type result struct {
+		node     string
+		finished time.Time
+		checks   []report.CheckResult
+	}
+	var order []string
+	by := map[string]*result{}
+	for _, r := range rows {
+		if r.WorkID != "" {
+			continue
+		}
+		x := by[r.ResultID]
+		if x == nil {
+			x = &result{node: r.Node, finished: r.Finished}
+			by[r.ResultID] = x
+			order = append(order, r.ResultID)
+		}
+		x.checks = append(x.checks, r.Check)
+	}
+	for _, id := range order {
+		x := by[id]
+		if err := f.eng.Observe(ctx, x.node, x.checks, x.finished, ""); err != nil && ctx.Err() == nil {
+			f.log.Warn().Err(err).Str("node", x.node).Str("result", id).Msg("remediation: result not taken")
+		}
 	}
 }
 
@@ -155,11 +267,26 @@ type remediationService struct {
 	c *campaigns
 }
 
+// engine is the engine reads go to: every coordinator's reads the store.
 func (r *remediationService) engine() (*remediation.Engine, error) {
-	if r.c == nil || r.c.remed == nil {
+	if r.c == nil || r.c.fleet == nil {
 		return nil, status.Error(codes.Unavailable, "remediation is off: no fleet wired into this coordinator")
 	}
-	return r.c.remed, nil
+	return r.c.remed(), nil
+}
+
+// leading is the engine of the leader's term, for approve and cancel: a
+// follower refuses them with the leader's address, as other campaign
+// changes.
+func (r *remediationService) leading(ctx context.Context) (*remediation.Engine, error) {
+	if _, err := r.engine(); err != nil {
+		return nil, err
+	}
+	t, err := r.c.leader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return t.e.remed, nil
 }
 
 func remedErr(op string, err error) error {
@@ -228,7 +355,7 @@ func who(ctx context.Context) string {
 
 func (r *remediationService) RemediationApprove(ctx context.Context, req *pb.RemediationRef) (*pb.RemediationDocument, error) {
 	const op = "remediation approve"
-	e, err := r.engine()
+	e, err := r.leading(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +371,7 @@ func (r *remediationService) RemediationApprove(ctx context.Context, req *pb.Rem
 
 func (r *remediationService) RemediationCancel(ctx context.Context, req *pb.RemediationRef) (*pb.RemediationDocument, error) {
 	const op = "remediation cancel"
-	e, err := r.engine()
+	e, err := r.leading(ctx)
 	if err != nil {
 		return nil, err
 	}

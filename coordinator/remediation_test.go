@@ -105,13 +105,13 @@ func TestRemediationEvidenceFromStores(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	id, err := s.camp.remed.Trigger(ctx, remediation.Trigger{Node: node, Component: "GPU2", Step: remediation.StepResetGPU, Code: "XID_48", Source: "finding", Reason: "gpu.ecc: GPU2 XID_48"})
+	id, err := s.camp.remed().Trigger(ctx, remediation.Trigger{Node: node, Component: "GPU2", Step: remediation.StepResetGPU, Code: "XID_48", Source: "finding", Reason: "gpu.ecc: GPU2 XID_48"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var r remediation.Remediation
 	testwait.For(t, 20*time.Second, "the ladder to reach replace", func() (bool, string) {
-		if r, err = s.camp.remed.Get(ctx, id); err != nil {
+		if r, err = s.camp.remed().Get(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		return r.State == remediation.StateRMA && r.RMA != nil || r.State.Final(), fmt.Sprintf("%s %s: %s", r.State, r.Step, r.Reason)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
@@ -172,4 +173,72 @@ func (s *Store) Summaries(ctx context.Context, node, check string) ([]Summary, e
 		return nil, fmt.Errorf("summaries of %s: %w", node, err)
 	}
 	return out, nil
+}
+
+// SeqCheck is a stored check result with its place in stored order.
+type SeqCheck struct {
+	Seq int64
+	StoredCheck
+}
+
+// maxChecksAfter bounds one ChecksAfter read.
+const maxChecksAfter = 10000
+
+// ChecksAfter returns the check results numbered above after and at
+// most upTo (0: no bound) in stored order (check_results' id), at most
+// limit (1..10,000) rows, with their results' work ids. Every
+// coordinator over one database stores into the same table, so a reader
+// here sees what any of them took in. A transaction still open may hold
+// numbers below rows already visible: a reader that must see every row
+// reads such gaps again for a while (the remediation feed does).
+func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int) ([]SeqCheck, error) {
+	limit = min(max(limit, 1), maxChecksAfter)
+	if upTo <= 0 {
+		upTo = math.MaxInt64
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT c.id, c.result_id, c.node, COALESCE(r.work_id, ''), COALESCE(r.triggered_by, ''), c.finished, c.check_name,
+			c.status, c.reason, c.findings, c.metrics, c.duration_ms
+		FROM check_results c
+		LEFT JOIN results r ON r.id = c.result_id
+		WHERE c.id > ? AND c.id <= ?
+		ORDER BY c.id LIMIT ?`, after, upTo, limit)
+	if err != nil {
+		return nil, fmt.Errorf("check results after %d: %w", after, err)
+	}
+	defer rows.Close()
+	var out []SeqCheck
+	for rows.Next() {
+		var sc SeqCheck
+		var fin int64
+		var findings, metrics, status string
+		if err := rows.Scan(&sc.Seq, &sc.ResultID, &sc.Node, &sc.WorkID, &sc.Trigger, &fin, &sc.Check.Name, &status,
+			&sc.Check.Reason, &findings, &metrics, &sc.Check.DurationMS); err != nil {
+			return nil, fmt.Errorf("check results after %d: %w", after, err)
+		}
+		sc.Finished = fromMS(fin)
+		sc.Check.Status = report.Status(status)
+		if err := json.Unmarshal([]byte(findings), &sc.Check.Findings); err != nil {
+			return nil, fmt.Errorf("result %s check %s findings: %w", sc.ResultID, sc.Check.Name, err)
+		}
+		if err := json.Unmarshal([]byte(metrics), &sc.Check.Metrics); err != nil {
+			return nil, fmt.Errorf("result %s check %s metrics: %w", sc.ResultID, sc.Check.Name, err)
+		}
+		if len(sc.Check.Metrics) == 0 {
+			sc.Check.Metrics = nil
+		}
+		out = append(out, sc)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("check results after %d: %w", after, err)
+	}
+	return out, nil
+}
+
+// LastCheckSeq is the number of the last stored check result (0: none).
+func (s *Store) LastCheckSeq(ctx context.Context) (int64, error) {
+	var v sql.NullInt64
+	if err := s.r.QueryRowContext(ctx, `SELECT MAX(id) FROM check_results`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("last check result: %w", err)
+	}
+	return v.Int64, nil
 }
