@@ -267,7 +267,6 @@ func (s Slurm) Jobs(ctx context.Context, node, id string, since time.Time) ([]Jo
 		live, err = s.run(ctx, "scontrol", "show", "job", "-o", id)
 		if err != nil && strings.Contains(err.Error(), "Invalid job id") {
 			err = nil // finished and purged: sacct's answer stands
-			found++
 		}
 	} else {
 		live, err = s.run(ctx, "scontrol", "show", "job", "-o")
@@ -314,9 +313,6 @@ func (s Slurm) Jobs(ctx context.Context, node, id string, since time.Time) ([]Jo
 		j := byID[k]
 		if len(j.Nodes) == 1 {
 			j.Nodes = s.hostnames(ctx, j.Nodes[0])
-		}
-		if id == "" && !contains(j.Nodes, node) {
-			continue // scontrol lists every job of the cluster
 		}
 		if id == "" && !j.End.IsZero() && j.End.Before(since) {
 			continue
