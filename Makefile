@@ -112,7 +112,7 @@ proto: $(GOBIN_DIR)/protoc-gen-go $(GOBIN_DIR)/protoc-gen-go-grpc ## regenerate 
 	PATH=$(GOBIN_DIR):$$PATH protoc -I proto \
 	  --go_out=proto --go_opt=paths=source_relative \
 	  --go-grpc_out=proto --go-grpc_opt=paths=source_relative \
-	  proto/fleetcheck/v1/fleetcheck.proto proto/fleetcheck/v1/campaigns.proto proto/fleetcheck/v1/remediation.proto
+	  proto/fleetcheck/v1/fleetcheck.proto proto/fleetcheck/v1/campaigns.proto proto/fleetcheck/v1/remediation.proto proto/fleetcheck/v1/routing.proto
 
 proto-check: proto ## fail when regeneration would change a committed file
 	git diff --exit-code -- proto/

@@ -42,6 +42,7 @@ func migrations() []migration {
 		{version: 3, name: "work dispatched to nodes, events by kind", sql: schemaV3,
 			pg: sqldb.Postgres.DDL(schemaV3) + pgDispatchesSeq},
 		{version: 4, name: "what triggered each result", sql: schemaV4},
+		{version: 5, name: "which coordinator holds each node's stream, and its activity", sql: schemaV5},
 	}
 }
 
@@ -170,6 +171,17 @@ CREATE INDEX events_kind ON events(kind, id);
 // read ” (unknown).
 const schemaV4 = `
 ALTER TABLE results ADD COLUMN triggered_by TEXT NOT NULL DEFAULT '';
+`
+
+// Version 5: the coordinator that holds each node's agent stream (its
+// holder id and the address others reach it at), so that several
+// coordinators over one database route work to the node's owner
+// (docs/ha.md); and the activity the agent last reported, for campaigns
+// run by a coordinator the agent is not connected to.
+const schemaV5 = `
+ALTER TABLE nodes ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN owner_addr TEXT NOT NULL DEFAULT '';
+ALTER TABLE nodes ADD COLUMN activity TEXT NOT NULL DEFAULT '';
 `
 
 // Retention deletes the oldest rows in stored order: SQLite's rowid, and

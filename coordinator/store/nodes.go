@@ -27,6 +27,13 @@ type Node struct {
 	AgentVersion    string
 	ProtocolVersion string
 	Connected       bool
+	// Owner is the holder id of the coordinator that holds the node's
+	// agent stream, OwnerAddr the address the others reach it at; both
+	// empty while no stream is up (docs/ha.md, routing).
+	Owner, OwnerAddr string
+	// Activity is what the agent last reported (busy, idle, drained; ""
+	// unknown), as its owner recorded it.
+	Activity string
 	// HasFull says a full result (every passive check) was ever stored.
 	HasFull bool
 	// Checks holds the newest status of each check, by name.
@@ -60,6 +67,10 @@ type Join struct {
 	AgentVersion    string
 	ProtocolVersion string
 	At              time.Time
+	// Owner and OwnerAddr name the coordinator taking the stream (its
+	// holder id and address); Activity is the hello's.
+	Owner, OwnerAddr string
+	Activity         string
 	// State is set on a node seen for the first time.
 	InitialState  string
 	InitialReason string
@@ -105,17 +116,19 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 		}
 		if existed {
 			_, err = tx.ExecContext(ctx, `UPDATE nodes SET labels = ?, agent_version = ?, protocol_version = ?,
-			connected = 1, last_seen = ? WHERE name = ?`,
-				string(lj), j.AgentVersion, j.ProtocolVersion, at, j.Node)
+			connected = 1, last_seen = ?, owner = ?, owner_addr = ?, activity = ? WHERE name = ?`,
+				string(lj), j.AgentVersion, j.ProtocolVersion, at, j.Owner, j.OwnerAddr, j.Activity, j.Node)
 		} else {
 			// ON CONFLICT: another coordinator may add the node meanwhile;
 			// then this join updates it instead.
 			_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, labels, state, state_reason, state_since,
-			first_seen, last_seen, agent_version, protocol_version, connected)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)
+			first_seen, last_seen, agent_version, protocol_version, connected, owner, owner_addr, activity)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, agent_version = excluded.agent_version,
-				protocol_version = excluded.protocol_version, connected = 1, last_seen = excluded.last_seen`,
-				j.Node, string(lj), j.InitialState, j.InitialReason, at, at, at, j.AgentVersion, j.ProtocolVersion)
+				protocol_version = excluded.protocol_version, connected = 1, last_seen = excluded.last_seen,
+				owner = excluded.owner, owner_addr = excluded.owner_addr, activity = excluded.activity`,
+				j.Node, string(lj), j.InitialState, j.InitialReason, at, at, at, j.AgentVersion, j.ProtocolVersion,
+				j.Owner, j.OwnerAddr, j.Activity)
 		}
 		if err != nil {
 			return err
@@ -167,7 +180,8 @@ func (s *Store) NodeJoined(ctx context.Context, j Join) (Node, bool, error) {
 		// new fleet is thousands of these).
 		n := Node{Name: j.Node, Labels: maps.Clone(labels), State: j.InitialState, StateReason: j.InitialReason,
 			StateSince: fromMS(at), FirstSeen: fromMS(at), LastSeen: fromMS(at),
-			AgentVersion: j.AgentVersion, ProtocolVersion: j.ProtocolVersion, Connected: true}
+			AgentVersion: j.AgentVersion, ProtocolVersion: j.ProtocolVersion, Connected: true,
+			Owner: j.Owner, OwnerAddr: j.OwnerAddr, Activity: j.Activity}
 		if j.Inventory != nil {
 			n.Inventory = *j.Inventory
 		}
@@ -188,20 +202,32 @@ type StateChange struct {
 	Connected *bool
 	// Cause, when set, replaces the event's wording of why the state changed.
 	Cause string
+	// Owner, when set, makes the change conditional: it applies only while
+	// the node's stream is still this coordinator's (a stream that ended
+	// here after the agent moved to another coordinator changes nothing).
+	// With Connected false the owner is cleared too.
+	Owner string
 }
 
 // SetNodeState records a node's state and, when it changed, a state_change
 // event saying from what, to what and why, in one transaction. It reports
-// whether the state changed. The reason is updated either way.
+// whether the state changed. The reason is updated either way. With
+// c.Owner set and the node's stream another coordinator's, nothing is
+// written (ErrNotOwner).
 func (s *Store) SetNodeState(ctx context.Context, c StateChange) (bool, error) {
 	changed := false
 	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
-		var prev string
-		if err := tx.QueryRowContext(ctx, `SELECT state FROM nodes WHERE name = ?`, c.Node).Scan(&prev); err != nil {
+		var prev, owner string
+		// FOR UPDATE on PostgreSQL: an attach on another coordinator
+		// waits, rather than being undone by this change.
+		if err := tx.QueryRowContext(ctx, `SELECT state, owner FROM nodes WHERE name = ?`+s.forUpdate(), c.Node).Scan(&prev, &owner); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return ErrNotFound
 			}
 			return err
+		}
+		if c.Owner != "" && owner != c.Owner {
+			return fmt.Errorf("%w: the stream is %s's now", ErrNotOwner, ownerName(owner))
 		}
 		at := ms(c.At)
 		changed = prev != c.State
@@ -214,6 +240,9 @@ func (s *Store) SetNodeState(ctx context.Context, c StateChange) (bool, error) {
 		if c.Connected != nil {
 			q += `, connected = ?, last_seen = ` + s.d.Greatest() + `(last_seen, ?)`
 			args = append(args, boolInt(*c.Connected), at)
+			if !*c.Connected && c.Owner != "" {
+				q += `, owner = '', owner_addr = ''`
+			}
 		}
 		q += ` WHERE name = ?`
 		args = append(args, c.Node)
@@ -262,12 +291,22 @@ func (s *Store) TouchNodes(ctx context.Context, seen map[string]time.Time) error
 	return nil
 }
 
-// MarkAllDisconnected clears every node's connected flag: after a restart
-// no agent stream is open yet. It returns how many nodes were marked.
+// MarkAllDisconnected clears every node's connected flag and owner: after
+// a restart no agent stream is open yet. It returns how many nodes were
+// marked.
 func (s *Store) MarkAllDisconnected(ctx context.Context) (int, error) {
+	return s.MarkDisconnected(ctx, "")
+}
+
+// MarkDisconnected is MarkAllDisconnected for one of several coordinators
+// restarting at ownerAddr: only the nodes whose stream a coordinator at
+// that address held (its previous process), or no coordinator, are
+// marked; the others' streams are theirs. "" marks every node.
+func (s *Store) MarkDisconnected(ctx context.Context, ownerAddr string) (int, error) {
 	var n int64
 	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE nodes SET connected = 0 WHERE connected != 0`)
+		res, err := tx.ExecContext(ctx, `UPDATE nodes SET connected = 0, owner = '', owner_addr = ''
+			WHERE (connected != 0 OR owner != '') AND (? = '' OR owner_addr = ? OR owner = '')`, ownerAddr, ownerAddr)
 		if err != nil {
 			return err
 		}
@@ -281,7 +320,7 @@ func (s *Store) MarkAllDisconnected(ctx context.Context) (int, error) {
 }
 
 const nodeColumns = `name, labels, state, state_reason, state_since, first_seen, last_seen, inventory,
-	agent_version, protocol_version, connected, has_full`
+	agent_version, protocol_version, connected, has_full, owner, owner_addr, activity`
 
 func scanNode(sc interface{ Scan(...any) error }) (Node, error) {
 	var n Node
@@ -289,7 +328,7 @@ func scanNode(sc interface{ Scan(...any) error }) (Node, error) {
 	var since, first, last int64
 	var connected, full int
 	if err := sc.Scan(&n.Name, &labels, &n.State, &n.StateReason, &since, &first, &last, &inv,
-		&n.AgentVersion, &n.ProtocolVersion, &connected, &full); err != nil {
+		&n.AgentVersion, &n.ProtocolVersion, &connected, &full, &n.Owner, &n.OwnerAddr, &n.Activity); err != nil {
 		return Node{}, err
 	}
 	n.StateSince, n.FirstSeen, n.LastSeen = fromMS(since), fromMS(first), fromMS(last)
@@ -458,4 +497,69 @@ func SortChecksWorstFirst(cs []CheckState) {
 		// Same status: causes before symptoms (ib.ports before ib.counters).
 		return report.CauseLess(cs[i].Name, cs[j].Name)
 	})
+}
+
+// ErrNotOwner is a change refused because another coordinator holds the
+// node's stream now (StateChange.Owner).
+var ErrNotOwner = errors.New("not the node's stream owner")
+
+func ownerName(owner string) string {
+	if owner == "" {
+		return "no coordinator"
+	}
+	return owner
+}
+
+// forUpdate locks the rows a read in a write transaction returns, on
+// PostgreSQL; SQLite's one writer needs none.
+func (s *Store) forUpdate() string {
+	if s.d == sqldb.Postgres {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// NodeOwner is the coordinator holding node's stream: its holder id and
+// address, both "" when none does. ErrNotFound for an unknown node.
+func (s *Store) NodeOwner(ctx context.Context, node string) (owner, addr string, err error) {
+	err = s.r.QueryRowContext(ctx, `SELECT owner, owner_addr FROM nodes WHERE name = ?`, node).Scan(&owner, &addr)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", fmt.Errorf("node %s: %w", node, ErrNotFound)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("owner of node %s: %w", node, err)
+	}
+	return owner, addr, nil
+}
+
+// maxActivity bounds an activity name (busy, idle, drained).
+const maxActivity = 32
+
+// SetActivities records the activity agents last reported, by node, in
+// one transaction; only for nodes whose stream owner is still owner
+// (another coordinator's agents are its to record).
+func (s *Store) SetActivities(ctx context.Context, owner string, act map[string]string) error {
+	if len(act) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(act))
+	for name, a := range act {
+		if len(a) > maxActivity {
+			return fmt.Errorf("%w: activity of %s: at most %d bytes", ErrInvalid, name, maxActivity)
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names) // one lock order for concurrent writers
+	err := s.w.Tx(ctx, func(tx *sqldb.Tx) error {
+		for _, name := range names {
+			if _, err := tx.ExecContext(ctx, `UPDATE nodes SET activity = ? WHERE name = ? AND owner = ?`, act[name], name, owner); err != nil {
+				return fmt.Errorf("activity of %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record activities: %w", err)
+	}
+	return nil
 }

@@ -242,3 +242,44 @@ func (s *Store) LastCheckSeq(ctx context.Context) (int64, error) {
 	}
 	return v.Int64, nil
 }
+
+// LoadResult reads one result back whole: its header and its checks in
+// the order they were stored, or ErrNotFound. The node's inventory is not
+// part of it (the node's own row has the newest). A coordinator uses it
+// for a result another coordinator acknowledged (docs/ha.md, routing).
+func (s *Store) LoadResult(ctx context.Context, id string) (Result, error) {
+	h, err := s.Result(ctx, id)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{ID: h.ID, Node: h.Node, WorkID: h.WorkID, Started: h.Started, Finished: h.Finished, Status: h.Status,
+		Full: h.Full, Trigger: h.Trigger}
+	rows, err := s.r.QueryContext(ctx, `SELECT check_name, status, reason, findings, metrics, duration_ms
+		FROM check_results WHERE result_id = ? ORDER BY id LIMIT ?`, id, maxLimit)
+	if err != nil {
+		return Result{}, fmt.Errorf("result %s checks: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c report.CheckResult
+		var status, findings, metrics string
+		if err := rows.Scan(&c.Name, &status, &c.Reason, &findings, &metrics, &c.DurationMS); err != nil {
+			return Result{}, fmt.Errorf("result %s checks: %w", id, err)
+		}
+		c.Status = report.Status(status)
+		if err := json.Unmarshal([]byte(findings), &c.Findings); err != nil {
+			return Result{}, fmt.Errorf("result %s check %s findings: %w", id, c.Name, err)
+		}
+		if err := json.Unmarshal([]byte(metrics), &c.Metrics); err != nil {
+			return Result{}, fmt.Errorf("result %s check %s metrics: %w", id, c.Name, err)
+		}
+		if len(c.Metrics) == 0 {
+			c.Metrics = nil
+		}
+		r.Checks = append(r.Checks, c)
+	}
+	if err := rows.Err(); err != nil {
+		return Result{}, fmt.Errorf("result %s checks: %w", id, err)
+	}
+	return r, nil
+}
