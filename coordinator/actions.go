@@ -43,6 +43,15 @@ func (t *actionTable) remove(id string) {
 	t.mu.Unlock()
 }
 
+// drop removes p unless another call took its id over since.
+func (t *actionTable) drop(p *pendingAction) {
+	t.mu.Lock()
+	if t.m[p.id] == p {
+		delete(t.m, p.id)
+	}
+	t.mu.Unlock()
+}
+
 // status hands an agent's ActionStatus to its call: only from the node the
 // action went to, and never blocking the stream (an ACCEPTED dropped from
 // a full buffer costs nothing: the final status decides).

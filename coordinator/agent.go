@@ -89,6 +89,9 @@ type session struct {
 	last     atomic.Int64 // unix nanos of the last message received
 	touched  atomic.Int64 // last value written to the store
 	activity atomic.Int32
+	// actStored is the activity last written to the store (+1; 0: none),
+	// for coordinators that reach the node through this one.
+	actStored atomic.Int32
 	spool    atomic.Uint32
 	enabled  []string
 	// protocol is the agent's protocol version; actions and multiNode are
@@ -247,6 +250,7 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 	}
 	sess.last.Store(s.now().UnixNano())
 	sess.activity.Store(int32(hello.GetActivity()))
+	sess.actStored.Store(int32(hello.GetActivity()) + 1) // attach writes it
 	welcome, err := s.attach(sctx, sess, hello)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -302,6 +306,7 @@ func (a *agentService) Connect(stream pb.AgentService_ConnectServer) error {
 				s.keyOps.status(sess.node, m.GetGossipKeyStatus())
 			case m.GetWorkStatus() != nil:
 				s.works.status(sess.node, m.GetWorkStatus())
+				s.doneElsewhere(sess, m.GetWorkStatus())
 			case m.GetHeartbeat() != nil:
 				sess.activity.Store(int32(m.GetHeartbeat().GetActivity()))
 				sess.spool.Store(m.GetHeartbeat().GetSpoolDepth())
@@ -417,6 +422,7 @@ func (s *Server) attach(ctx context.Context, sess *session, hello *pb.Hello) (*p
 		Node: sess.node, Labels: hello.GetLabels(), Inventory: inv,
 		AgentVersion: hello.GetAgentVersion(), ProtocolVersion: hello.GetProtocolVersion(), At: now,
 		InitialState: initState, InitialReason: initReason,
+		Owner: s.holder, OwnerAddr: s.routeAddr, Activity: activityName(hello.GetActivity()),
 		FirstEvent: &store.Event{Kind: store.EventConnection, Actor: sess.id.Actor(),
 			Message: fmt.Sprintf("node joined (agent %s, protocol %s)", hello.GetAgentVersion(), hello.GetProtocolVersion())},
 	})

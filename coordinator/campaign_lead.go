@@ -193,7 +193,7 @@ func (c *campaigns) begin(ctx context.Context, addr string) error {
 		addr = ha.Advertise
 	}
 	l, err := leader.New(sqldb.Wrap(c.db, sqldb.Postgres, nil), leader.Options{
-		Addr: addr, TTL: ha.LeaseTTL, Logger: c.log,
+		Addr: addr, TTL: ha.LeaseTTL, Logger: c.log, Holder: c.s.holder,
 	})
 	if err == nil {
 		err = l.Migrate(ctx)

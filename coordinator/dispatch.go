@@ -46,6 +46,16 @@ func (t *workTable) remove(id string) {
 	t.mu.Unlock()
 }
 
+// drop removes w unless another call took its id over since (a routed
+// work sent again here under the same id).
+func (t *workTable) drop(w *work) {
+	t.mu.Lock()
+	if t.m[w.id] == w {
+		delete(t.m, w.id)
+	}
+	t.mu.Unlock()
+}
+
 func (t *workTable) get(id string) *work {
 	t.mu.RLock()
 	defer t.mu.RUnlock()

@@ -87,9 +87,13 @@ func (f *fleet) Nodes(ctx context.Context, sel string) ([]kit.Node, error) {
 		}
 		cn := kit.Node{Name: n.Name, Labels: n.Labels, State: n.State, Inventory: n.Inventory}
 		reason := n.StateReason
-		// The live view is fresher than the store for the state, the
-		// connection and the activity.
-		if e := s.reg.lookup(n.Name); e != nil {
+		if n.Connected && n.Owner != "" && n.Owner != s.holder {
+			// Another coordinator holds the stream: its writes are the
+			// live view (work reaches the node through it, routing.go).
+			cn.Connected, cn.Activity = true, n.Activity
+		} else if e := s.reg.lookup(n.Name); e != nil {
+			// The live view is fresher than the store for the state, the
+			// connection and the activity.
 			e.mu.Lock()
 			if e.state != "" {
 				cn.State = e.streamState() // campaigns never see the gossip hint
@@ -135,25 +139,16 @@ func (f *fleet) RunChecks(ctx context.Context, node string, names []string, opts
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sess, err := f.session(node)
-	if err != nil {
+	if err := f.reachable(ctx, node); err != nil {
 		return nil, err
 	}
-	if len(opts.Params) > 0 && !speaksFeatures(sess.protocol) {
-		return nil, fmt.Errorf("node %s: agent speaks protocol %s; run parameters need %s: %w", node, sess.protocol, version.Features1_1, kit.ErrRefused)
-	}
-	w, done, err := f.dispatch(ctx, []*session{sess})
+	w, done, err := f.dispatch(ctx, []string{node})
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	msg := &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunChecks{RunChecks: &pb.RunChecks{
-		WorkId: w.id, Checks: names, TimeoutMs: agentTimeout(timeout).Milliseconds(), Params: opts.Params,
-	}}}
-	if err := sendTo(sess, msg); err != nil {
-		return nil, err
-	}
-	o, r, err := f.await(ctx, w, node, sess, timeout, false, msg)
+	rc := &pb.RunChecks{WorkId: w.id, Checks: names, TimeoutMs: agentTimeout(timeout).Milliseconds(), Params: opts.Params}
+	o, r, err := f.runOn(ctx, w, node, rc, timeout, false)
 	if err != nil {
 		return nil, err
 	}
@@ -190,21 +185,20 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sessions := make([]*session, len(nodes))
-	for i, n := range nodes {
-		sess, err := f.session(n)
-		if err != nil {
+	// Every node is reachable (here or through its coordinator) before
+	// anything is sent; what each agent can do is checked where its
+	// stream is, as its part is sent.
+	for _, n := range nodes {
+		if err := f.reachable(ctx, n); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		switch {
-		case !speaksFeatures(sess.protocol):
-			return nil, fmt.Errorf("%s: agent on %s speaks protocol %s; multi-node runs need %s: %w", what, n, sess.protocol, version.Features1_1, kit.ErrRefused)
-		case !sess.multiNode:
-			return nil, fmt.Errorf("%s: agent on %s has no multi_node section in its config: %w", what, n, kit.ErrRefused)
+		if sess, err := f.session(n); err == nil {
+			if err := checkRun(sess, &pb.RunChecks{Role: pb.MultiRole_MULTI_ROLE_PEER}); err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
 		}
-		sessions[i] = sess
 	}
-	w, done, err := f.dispatch(ctx, sessions)
+	w, done, err := f.dispatch(ctx, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -212,40 +206,33 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 	w.mu.Lock()
 	w.nudgeOnAccept = true
 	w.mu.Unlock()
-	run := func(role pb.MultiRole, d time.Duration) *pb.CoordinatorMessage {
-		return &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunChecks{RunChecks: &pb.RunChecks{
+	run := func(role pb.MultiRole, d time.Duration) *pb.RunChecks {
+		return &pb.RunChecks{
 			WorkId: w.id, Checks: []string{check}, TimeoutMs: d.Milliseconds(),
 			Role: role, Participants: nodes, MultiId: w.id,
-		}}}
+		}
 	}
-	peers := sessions[1:]
+	launcher, peers := nodes[0], nodes[1:]
 	// Peers first: the launcher starts only once every peer is reserved.
-	var joined []*session
+	var joined []string
 	callOff := func(why string) {
 		for _, p := range joined {
-			f.endMulti(p.node, &pb.EndMulti{MultiId: w.id, Launcher: nodes[0], AbortReason: why})
+			f.endMultiOn(ctx, p, &pb.EndMulti{MultiId: w.id, Launcher: launcher, AbortReason: why})
 		}
 	}
 	for _, p := range peers {
 		// A peer holds its reservation past this call's end, so that the
 		// EndMulti sent when the call gives up reaches it first.
-		if err := sendTo(p, run(pb.MultiRole_MULTI_ROLE_PEER, timeout+peerMargin)); err != nil {
-			callOff(fmt.Sprintf("peer %s could not be asked", p.node))
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
 		joined = append(joined, p)
-	}
-	for _, p := range peers {
-		o, _, err := f.await(ctx, w, p.node, p, timeout, true, nil)
+		o, _, err := f.runOn(ctx, w, p, run(pb.MultiRole_MULTI_ROLE_PEER, timeout+peerMargin), timeout, true)
 		if err == nil && o != nil {
-			err = fmt.Errorf("node %s ended its part before the run: %s: %s", p.node, o.GetStatus(), o.GetReason())
+			err = fmt.Errorf("node %s ended its part before the run: %s: %s", p, o.GetStatus(), o.GetReason())
 		}
 		if err != nil {
-			callOff(fmt.Sprintf("peer %s did not join: %v", p.node, err))
+			callOff(fmt.Sprintf("peer %s did not join: %v", p, err))
 			return nil, fmt.Errorf("%s: peer did not join: %w", what, err)
 		}
 	}
-	launcher := sessions[0]
 	// The launcher has what is left of the call, less the margin that lets
 	// it report its own timeout first.
 	left := timeout
@@ -256,36 +243,24 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 		callOff("the call's time ran out before the launch")
 		return nil, fmt.Errorf("%s: no time left to launch within %s: %w", what, timeout, kit.ErrTimeout)
 	}
-	if err := sendTo(launcher, run(pb.MultiRole_MULTI_ROLE_LAUNCHER, agentTimeout(left))); err != nil {
-		callOff(fmt.Sprintf("launcher %s could not be asked", launcher.node))
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	o, r, err := f.await(ctx, w, launcher.node, launcher, timeout, false, nil)
+	o, r, err := f.runOn(ctx, w, launcher, run(pb.MultiRole_MULTI_ROLE_LAUNCHER, agentTimeout(left)), timeout, false)
 	if err == nil {
 		var rep *report.Report
-		if rep, err = reportOf(launcher.node, o, r); err == nil {
-			end := &pb.EndMulti{MultiId: w.id, Launcher: launcher.node, LauncherResultId: r.ID}
+		if rep, err = reportOf(launcher, o, r); err == nil {
+			end := &pb.EndMulti{MultiId: w.id, Launcher: launcher, LauncherResultId: r.ID}
 			if c := rep.Check(check); c != nil {
 				end.Check = wire.CheckToProto(*c)
 			} else {
 				end.AbortReason = "the launcher's result has no " + check
 			}
 			for _, p := range peers {
-				f.endMulti(p.node, end)
+				f.endMultiOn(ctx, p, end)
 			}
 			return rep, nil
 		}
 	}
-	callOff(fmt.Sprintf("launcher %s: %v", launcher.node, err))
+	callOff(fmt.Sprintf("launcher %s: %v", launcher, err))
 	return nil, fmt.Errorf("%s: launcher: %w", what, err)
-}
-
-// endMulti tells a peer the run is over, on its current stream. A peer
-// that misses it reports its side when its own timeout passes.
-func (f *fleet) endMulti(node string, end *pb.EndMulti) {
-	if sess, err := f.session(node); err == nil {
-		sess.trySend(&pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_EndMulti{EndMulti: end}})
-	}
 }
 
 // RunAction runs an agent-configured action by name. The drill engine's
@@ -331,16 +306,13 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sess, err := f.session(node)
-	if err != nil {
+	if err := f.reachable(ctx, node); err != nil {
 		return kit.ActionResult{}, err
 	}
-	switch {
-	case !speaksFeatures(sess.protocol):
-		return kit.ActionResult{}, fmt.Errorf("node %s: agent speaks protocol %s; actions need %s: %w", node, sess.protocol, version.Features1_1, kit.ErrRefused)
-	case !slices.Contains(sess.actions, action):
-		return kit.ActionResult{}, fmt.Errorf("node %s: action %q is not in the agent's config (it has: %s): %w",
-			node, action, strings.Join(sess.actions, ", "), kit.ErrRefused)
+	if sess, err := f.session(node); err == nil {
+		if err := checkAction(sess, action); err != nil {
+			return kit.ActionResult{}, err
+		}
 	}
 	req.ActionId = newActionID(s.now())
 	if opts.ID != "" {
@@ -361,12 +333,7 @@ func (f *fleet) RunAction(ctx context.Context, node, action string, params map[s
 	if err := s.AuditNode(ctx, node, actor, "action", detail); err != nil {
 		return kit.ActionResult{}, fmt.Errorf("action %s on %s not sent: %w", action, node, err)
 	}
-	pa := s.acts.add(req.ActionId, node)
-	defer s.acts.remove(req.ActionId)
-	if err := sendTo(sess, &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunAction{RunAction: req}}); err != nil {
-		return kit.ActionResult{}, err
-	}
-	return f.awaitAction(ctx, pa, sess, timeout, req)
+	return f.actionOn(ctx, node, req, timeout)
 }
 
 // peerMargin is how much longer a multi-node peer stays reserved than the
@@ -381,8 +348,11 @@ const maxActionReasonBytes = 256
 // still runs it answers (it never runs an id twice), and one that was
 // restarted, which lost the action with its process, runs it now instead
 // of leaving the call waiting for an answer that cannot come.
-func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *session, timeout time.Duration, req *pb.RunAction) (kit.ActionResult, error) {
-	accepted := false
+//
+// With leave set, a lost stream with none back here ends the wait at once
+// (errLeft): the caller looks for the node on the other coordinators.
+func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *session, timeout time.Duration, req *pb.RunAction,
+	leave bool) (res kit.ActionResult, accepted bool, err error) {
 	lost := f.watchStream(pa.node, sess)
 	defer lost.stop()
 	sentOn := sess
@@ -402,22 +372,25 @@ func (f *fleet) awaitAction(ctx context.Context, pa *pendingAction, sess *sessio
 			case pb.ActionStatus_STATE_ACCEPTED:
 				accepted = true
 			case pb.ActionStatus_STATE_REFUSED:
-				return kit.ActionResult{Message: st.GetMessage()}, fmt.Errorf("node %s refused %s: %s: %w", pa.node, pa.id, st.GetMessage(), kit.ErrRefused)
+				return kit.ActionResult{Message: st.GetMessage()}, accepted, fmt.Errorf("node %s refused %s: %s: %w", pa.node, pa.id, st.GetMessage(), kit.ErrRefused)
 			case pb.ActionStatus_STATE_DONE, pb.ActionStatus_STATE_FAILED:
-				return kit.ActionResult{OK: st.GetState() == pb.ActionStatus_STATE_DONE, Message: st.GetMessage(), Output: st.GetOutput()}, nil
+				return kit.ActionResult{OK: st.GetState() == pb.ActionStatus_STATE_DONE, Message: st.GetMessage(), Output: st.GetOutput()}, true, nil
 			}
 		case <-lost.gone():
 			if lost.expired() {
-				return kit.ActionResult{}, fmt.Errorf("node %s: stream lost during action %s and not back within %s: %w", pa.node, pa.id, lost.grace, kit.ErrUnreachable)
+				return kit.ActionResult{}, accepted, fmt.Errorf("node %s: stream lost during action %s and not back within %s: %w", pa.node, pa.id, lost.grace, kit.ErrUnreachable)
 			}
 			resend()
 		case <-lost.changed():
 			lost.check()
+			if leave && lost.cur == nil {
+				return kit.ActionResult{}, accepted, fmt.Errorf("node %s: action %s: %w", pa.node, pa.id, errLeft)
+			}
 			resend()
 		case <-ctx.Done():
-			return kit.ActionResult{}, f.deadlineError(ctx, pa.node, "action "+pa.id, accepted, timeout)
+			return kit.ActionResult{}, accepted, f.deadlineError(ctx, pa.node, "action "+pa.id, accepted, timeout)
 		case <-f.s.stopping:
-			return kit.ActionResult{}, fmt.Errorf("node %s: coordinator stopping: %w", pa.node, kit.ErrUnreachable)
+			return kit.ActionResult{}, accepted, fmt.Errorf("node %s: coordinator stopping: %w", pa.node, kit.ErrUnreachable)
 		}
 	}
 }
@@ -436,20 +409,23 @@ func (f *fleet) session(node string) (*session, error) {
 	return nil, fmt.Errorf("node %s: unknown node: %w", node, kit.ErrUnreachable)
 }
 
-// dispatch registers a work for the sessions' nodes, in the work table and
-// in the store, before anything is sent. done removes it from the table.
-func (f *fleet) dispatch(ctx context.Context, sessions []*session) (*work, func(), error) {
+// dispatch registers a work for nodes, in the work table and in the
+// store, before anything is sent (here or to the nodes' coordinators).
+// done removes it from the table.
+func (f *fleet) dispatch(ctx context.Context, nodes []string) (*work, func(), error) {
 	s := f.s
 	now := s.now()
 	w := newWork(newWorkID(now))
-	for _, sess := range sessions {
-		w.addTarget(sess.node, sess)
+	for _, n := range nodes {
+		sess, _ := f.session(n)
+		w.addTarget(n, sess)
+		w.markSent(n, true)
 	}
-	if err := s.recordDispatch(ctx, w, sessions, now); err != nil {
+	if err := s.store.RecordDispatch(ctx, w.id, nodes, now); err != nil {
 		return nil, nil, fmt.Errorf("record dispatch: %w", err)
 	}
 	s.works.add(w)
-	return w, func() { s.works.remove(w.id) }, nil
+	return w, func() { s.works.drop(w) }, nil
 }
 
 // sendTo queues a message on a stream without waiting: a stream whose
@@ -471,8 +447,11 @@ func sendTo(sess *session, m *pb.CoordinatorMessage) error {
 // node comes back on: an agent that restarted has forgotten the work,
 // and one that did not answers a repeated work id without running it
 // twice (ACCEPTED while it runs, DONE with the result it has).
+//
+// With leave set, a lost stream with none back here ends the wait at once
+// (errLeft): the caller looks for the node on the other coordinators.
 func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, timeout time.Duration, untilAccepted bool,
-	resend *pb.CoordinatorMessage) (*pb.NodeOutcome, *store.Result, error) {
+	resend *pb.CoordinatorMessage, leave bool) (*pb.NodeOutcome, *store.Result, error) {
 	lost := f.watchStream(node, sess)
 	defer lost.stop()
 	sentOn := sess
@@ -506,6 +485,9 @@ func (f *fleet) await(ctx context.Context, w *work, node string, sess *session, 
 			again()
 		case <-lost.changed():
 			lost.check()
+			if leave && lost.cur == nil {
+				return nil, nil, fmt.Errorf("node %s: work %s: %w", node, w.id, errLeft)
+			}
 			again()
 		case <-ctx.Done():
 			return nil, nil, f.deadlineError(ctx, node, "work "+w.id, accepted, timeout)
@@ -522,7 +504,9 @@ func (f *fleet) deadlineError(ctx context.Context, node, what string, accepted b
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("node %s: %s: %w", node, what, ctx.Err())
 	}
-	if _, err := f.session(node); err != nil {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := f.reachable(rctx, node); err != nil {
 		return fmt.Errorf("node %s: %s: not connected at the deadline (%s): %w", node, what, timeout, kit.ErrUnreachable)
 	}
 	if accepted {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -188,7 +189,13 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 	// Pick the targets under each node's own lock, then send with no lock
 	// held: a send is a non-blocking write to that stream's queue.
 	var sessions []*session
-	var absent []string
+	var absent, remote []string
+	// With several coordinators, a node whose stream is on another one is
+	// reached through it (routing.go); the store says which.
+	elsewhere, err := s.nodesElsewhere(ctx)
+	if err != nil {
+		return storeStatus(err)
+	}
 	for _, e := range s.reg.all() {
 		e.mu.Lock()
 		match := e.state != "" && sel.Matches(e.name, e.labels)
@@ -198,10 +205,13 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 			continue
 		}
 		w.addTarget(e.name, sess)
-		if sess == nil {
-			absent = append(absent, e.name)
-		} else {
+		switch {
+		case sess != nil:
 			sessions = append(sessions, sess)
+		case elsewhere[e.name]:
+			remote = append(remote, e.name)
+		default:
+			absent = append(absent, e.name)
 		}
 	}
 	checks := strings.Join(req.GetChecks(), ",")
@@ -210,18 +220,28 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 		reason = "no reason given"
 	}
 	// Who asked, what and why is recorded before anything is sent.
+	total, reached := len(sessions)+len(remote)+len(absent), len(sessions)+len(remote)
 	if err := s.record(ctx, "", store.EventOperatorAction, id.Actor(), fmt.Sprintf("run %s on %q: %d nodes (%d connected), timeout %s, work %s; reason: %s",
-		checks, sel.String(), len(sessions)+len(absent), len(sessions), timeout, w.id, reason)); err != nil {
+		checks, sel.String(), total, reached, timeout, w.id, reason)); err != nil {
 		return storeStatus(err)
 	}
 	if err := s.recordDispatch(ctx, w, sessions, now); err != nil {
 		log.Error().Err(err).Msg("work dispatch not recorded; nothing sent")
 		return storeStatus(err)
 	}
+	if len(remote) > 0 {
+		if err := s.store.RecordDispatch(ctx, w.id, remote, now); err != nil {
+			log.Error().Err(err).Msg("work dispatch not recorded; nothing sent")
+			return storeStatus(err)
+		}
+		for _, n := range remote {
+			w.markSent(n, true)
+		}
+	}
 	s.works.add(w)
 	defer s.works.remove(w.id)
-	log.Info().Str("checks", checks).Str("selector", sel.String()).Int("nodes", len(sessions)+len(absent)).
-		Int("connected", len(sessions)).Str("actor", id.Actor()).Str("reason", reason).Msg("dispatching checks")
+	log.Info().Str("checks", checks).Str("selector", sel.String()).Int("nodes", total).
+		Int("connected", len(sessions)).Int("on_other_coordinators", len(remote)).Str("actor", id.Actor()).Str("reason", reason).Msg("dispatching checks")
 
 	for _, node := range absent {
 		w.finish(node, &pb.NodeOutcome{Node: node, Status: OutcomeUnreachable, Reason: "not connected"})
@@ -229,6 +249,14 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 	msg := &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunChecks{RunChecks: &pb.RunChecks{
 		WorkId: w.id, Checks: req.GetChecks(), TimeoutMs: agentTimeout(timeout).Milliseconds(),
 	}}}
+	// The relays end with the call (rcancel runs before the wait).
+	var relays sync.WaitGroup
+	defer relays.Wait()
+	rctx, rcancel := context.WithTimeout(ctx, timeout)
+	defer rcancel()
+	for _, node := range remote {
+		relays.Go(func() { (&fleet{s: s}).relay(rctx, w, node, msg.GetRunChecks(), timeout) })
+	}
 	for _, sess := range sessions {
 		if !sess.trySend(msg) {
 			w.markSent(sess.node, false)

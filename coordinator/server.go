@@ -25,6 +25,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/coordinator/authz"
 	"github.com/fleetcheck/fleetcheck/coordinator/console"
+	"github.com/fleetcheck/fleetcheck/coordinator/leader"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/drain"
 	"github.com/fleetcheck/fleetcheck/internal/membership"
@@ -127,6 +128,14 @@ type Server struct {
 
 	camp *campaigns // the campaign engines, set by Start
 
+	// holder names this coordinator process in the store (node stream
+	// owners) and in the leader lease; routeAddr is where the others
+	// reach it (ha.advertise, else the bound gRPC address), set by Start
+	// before anything is served. routes calls them (routing.go).
+	holder    string
+	routeAddr string
+	routes    *routes
+
 	console *console.Server // the web console; nil when off
 
 	gossip atomic.Pointer[membership.Pool] // nil when gossip is off
@@ -170,7 +179,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		stopping: make(chan struct{}),
 
 		ingesting: make(chan struct{}, maxIngesting),
+		holder:    leader.DefaultHolder(),
 	}
+	s.routes = newRoutes(s)
 	s.mux.HandleFunc("/healthz", s.healthz)
 	return s, nil
 }
@@ -270,6 +281,16 @@ func (s *Server) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
+	// Bound (not served) before the recovery: the address is what this
+	// coordinator's nodes are owned under.
+	s.grpcLis, err = net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("coordinator: grpc listen: %w", err)
+	}
+	s.routeAddr = s.grpcLis.Addr().String()
+	if s.cfg.HA.Advertise != "" {
+		s.routeAddr = s.cfg.HA.Advertise
+	}
 	if err := s.recover(ctx); err != nil {
 		return fmt.Errorf("coordinator: recover: %w", err)
 	}
@@ -277,15 +298,12 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("coordinator: campaigns: %w", err)
 	}
 
-	s.grpcLis, err = net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("coordinator: grpc listen: %w", err)
-	}
 	s.grpc = grpc.NewServer(s.grpcOptions()...)
 	pb.RegisterAgentServiceServer(s.grpc, &agentService{s: s})
 	pb.RegisterOperatorServiceServer(s.grpc, &operatorService{s: s})
 	pb.RegisterCampaignServiceServer(s.grpc, s.camp)
 	pb.RegisterRemediationServiceServer(s.grpc, &remediationService{c: s.camp})
+	pb.RegisterRoutingServiceServer(s.grpc, &routingService{s: s})
 	// Lead (or join the election) once the address others name is bound.
 	if err := s.camp.begin(ctx, s.grpcLis.Addr().String()); err != nil {
 		return fmt.Errorf("coordinator: campaigns: %w", err)
@@ -351,8 +369,16 @@ func (s *Server) grpcOptions() []grpc.ServerOption {
 // recover brings the live view back from the store: no stream is open
 // after a restart, so every node is marked disconnected, keeping its state
 // until the startup grace says whether its agent came back.
+//
+// With several coordinators (ha:) only the nodes this address held (a
+// previous process of this coordinator) are marked: the others' streams
+// are theirs.
 func (s *Server) recover(ctx context.Context) error {
-	n, err := s.store.MarkAllDisconnected(ctx)
+	mine := ""
+	if s.cfg.HA.Enabled {
+		mine = s.routeAddr
+	}
+	n, err := s.store.MarkDisconnected(ctx, mine)
 	if err != nil {
 		return err
 	}
@@ -438,6 +464,7 @@ func (s *Server) closeLocked(ctx context.Context) error {
 		_ = s.httpLis.Close() // never served: nothing was accepted on it
 	}
 	s.serving.Wait()
+	s.routes.close()
 	// Gossip events write node states: the pool stops before the store.
 	s.stopGossip()
 	// Campaigns stop after the API (no handler is left using them) and
@@ -494,6 +521,7 @@ func (s *Server) sweep(ctx context.Context, now time.Time) {
 	if err := s.store.TouchNodes(ctx, seen); err != nil && ctx.Err() == nil {
 		s.log.Warn().Err(err).Msg("record last seen")
 	}
+	s.recordActivities(ctx)
 	if !s.graceDone && now.Sub(s.startedAt) >= 3*iv {
 		s.graceDone = true
 		s.markAbsent(ctx, now)
@@ -502,7 +530,26 @@ func (s *Server) sweep(ctx context.Context, now time.Time) {
 
 // markAbsent marks nodes whose agents did not reconnect after a restart.
 func (s *Server) markAbsent(ctx context.Context, now time.Time) {
+	// With several coordinators, a node whose stream another one holds
+	// is not absent.
+	elsewhere := map[string]bool{}
+	if s.cfg.HA.Enabled {
+		nodes, err := s.store.Nodes(ctx)
+		if err != nil {
+			s.log.Warn().Err(err).Msg("nodes not back after the start not marked: the store cannot say which are on other coordinators")
+			s.graceDone = false // try again at the next sweep
+			return
+		}
+		for _, n := range nodes {
+			if n.Connected && n.Owner != "" && n.Owner != s.holder {
+				elsewhere[n.Name] = true
+			}
+		}
+	}
 	for _, e := range s.reg.all() {
+		if elsewhere[e.name] {
+			continue
+		}
 		e.mu.Lock()
 		// A node that left cleanly stays left: its agent was stopped.
 		if e.sess == nil && e.state != StateUnreachable && e.state != StateLeft && !campaignOwned(e.state) && e.state != "" {
@@ -548,9 +595,17 @@ func (s *Server) setState(ctx context.Context, e *nodeEntry, state, reason, caus
 		return
 	}
 	prev := e.state
+	owner := ""
+	if connected != nil && !*connected {
+		owner = s.holder // a lost stream is recorded only while the node is still ours
+	}
 	changed, err := s.store.SetNodeState(ctx, store.StateChange{
-		Node: e.name, State: state, Reason: reason, Actor: "coordinator", At: now, Connected: connected, Cause: cause,
+		Node: e.name, State: state, Reason: reason, Actor: "coordinator", At: now, Connected: connected, Cause: cause, Owner: owner,
 	})
+	if errors.Is(err, store.ErrNotOwner) {
+		s.log.Info().Str("node", e.name).Err(err).Msg("stream ended here after the node moved to another coordinator")
+		return
+	}
 	if err != nil {
 		s.log.Error().Err(err).Str("node", e.name).Str("state", state).Msg("record node state")
 		return

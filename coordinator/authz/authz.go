@@ -8,6 +8,8 @@
 //     speaks only for its own node (CheckNode);
 //   - /fleetcheck.v1.OperatorService/* and /fleetcheck.v1.CampaignService/*
 //     only for admin identities;
+//   - /fleetcheck.v1.RoutingService/* only for coordinator identities
+//     (one coordinator sending work to another's agents);
 //   - anything else is refused;
 //   - the identity's trust domain must be the configured one, and every CA
 //     in its verified chain that names trust domains must name exactly
@@ -120,6 +122,8 @@ func New(cfg Config) (*Authorizer, error) {
 			{prefix: "/" + pb.OperatorService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
 			{prefix: "/" + pb.CampaignService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
 			{prefix: "/" + pb.RemediationService_ServiceDesc.ServiceName + "/", kind: pki.KindAdmin},
+			// Coordinators route work to each other's agents (docs/ha.md).
+			{prefix: "/" + pb.RoutingService_ServiceDesc.ServiceName + "/", kind: pki.KindCoordinator},
 		},
 	}, nil
 }
