@@ -573,7 +573,7 @@ func (s *Server) refusal(ctx context.Context, log zerolog.Logger, id Identity, n
 // still running, then the store's record, which outlives the call and a
 // restart (a spooled result may arrive much later).
 func (s *Server) workSent(ctx context.Context, workID, node string) (bool, error) {
-	if w := s.works.get(workID); w != nil {
+	if w := s.works.lookup(workID, node); w != nil {
 		return w.sentTo(node), nil
 	}
 	return s.store.Dispatched(ctx, workID, node)
@@ -636,7 +636,7 @@ func (x *session) handleResult(r *pb.Result) {
 	refuse := func(why string) {
 		s.refused.Add(1)
 		x.send(ackMsg(&pb.Ack{ResultId: r.GetId(), Refused: why}))
-		if w := s.works.get(r.GetWorkId()); w != nil {
+		if w := s.works.lookup(r.GetWorkId(), x.node); w != nil {
 			w.finish(x.node, &pb.NodeOutcome{Node: x.node, Status: string(report.Error), Reason: "result refused: " + why, ResultId: r.GetId()})
 		}
 	}

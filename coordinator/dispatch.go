@@ -30,9 +30,44 @@ const (
 type workTable struct {
 	mu sync.RWMutex
 	m  map[string]*work
+	// routed holds the works other coordinators route here, by work id
+	// and node: one work of theirs may reach several nodes here, each in
+	// its own call (routing.go).
+	routed map[routedKey]*work
 }
 
-func newWorkTable() *workTable { return &workTable{m: make(map[string]*work)} }
+type routedKey struct{ id, node string }
+
+func newWorkTable() *workTable {
+	return &workTable{m: make(map[string]*work), routed: make(map[routedKey]*work)}
+}
+
+// addRouted registers a routed call's work for one node.
+func (t *workTable) addRouted(w *work, node string) {
+	t.mu.Lock()
+	t.routed[routedKey{w.id, node}] = w
+	t.mu.Unlock()
+}
+
+// dropRouted removes it, unless another call took its place since.
+func (t *workTable) dropRouted(w *work, node string) {
+	t.mu.Lock()
+	if k := (routedKey{w.id, node}); t.routed[k] == w {
+		delete(t.routed, k)
+	}
+	t.mu.Unlock()
+}
+
+// lookup is the work node's message about work id belongs to: a routed
+// call's for that node, else this coordinator's own.
+func (t *workTable) lookup(id, node string) *work {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if w := t.routed[routedKey{id, node}]; w != nil {
+		return w
+	}
+	return t.m[id]
+}
 
 func (t *workTable) add(w *work) {
 	t.mu.Lock()
@@ -82,7 +117,7 @@ func (t *workTable) progress() (works, nodes, done int) {
 
 // status applies an agent's WorkStatus.
 func (t *workTable) status(node string, ws *pb.WorkStatus) {
-	w := t.get(ws.GetWorkId())
+	w := t.lookup(ws.GetWorkId(), node)
 	if w == nil {
 		return // finished or never ours: nothing waits for it
 	}
@@ -109,7 +144,7 @@ func (t *workTable) status(node string, ws *pb.WorkStatus) {
 
 // result records a stored result that carries a work id.
 func (t *workTable) result(workID, node string, r *store.Result) {
-	w := t.get(workID)
+	w := t.lookup(workID, node)
 	if w == nil {
 		return
 	}
@@ -228,6 +263,14 @@ func (w *work) addTarget(node string, sess *session) {
 	}
 	w.targets[node] = &target{sess: sess}
 	w.pending++
+}
+
+// has says whether node is one of the work's targets.
+func (w *work) has(node string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.targets[node]
+	return ok
 }
 
 // markSent records that the work goes to node, or, with sent false, that

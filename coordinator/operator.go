@@ -201,17 +201,28 @@ func (o *operatorService) RunCheck(req *pb.RunCheckRequest, stream grpc.ServerSt
 		match := e.state != "" && sel.Matches(e.name, e.labels)
 		sess := e.sess
 		e.mu.Unlock()
-		if !match {
+		_, there := elsewhere[e.name]
+		switch {
+		case sess != nil && match:
+			sessions = append(sessions, sess)
+		case sess != nil || there:
+			continue // here, not picked; or theirs, below
+		case match:
+			absent = append(absent, e.name)
+		default:
 			continue
 		}
 		w.addTarget(e.name, sess)
-		switch {
-		case sess != nil:
-			sessions = append(sessions, sess)
-		case elsewhere[e.name]:
-			remote = append(remote, e.name)
-		default:
-			absent = append(absent, e.name)
+	}
+	// The store's view of the others' nodes: one this coordinator never
+	// saw has no entry here.
+	for _, n := range elsewhere {
+		if n.State != "" && sel.Matches(n.Name, n.Labels) && !w.has(n.Name) {
+			if _, err := (&fleet{s: s}).session(n.Name); err == nil {
+				continue // attached here meanwhile: not picked above, so not picked
+			}
+			remote = append(remote, n.Name)
+			w.addTarget(n.Name, nil)
 		}
 	}
 	checks := strings.Join(req.GetChecks(), ",")

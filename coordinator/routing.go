@@ -148,6 +148,8 @@ type nodeWait struct {
 	grace time.Duration
 	poll  time.Duration
 	timer *time.Timer
+	// over: the grace ran out and one last look was granted.
+	over bool
 }
 
 func (f *fleet) newNodeWait(node string) *nodeWait {
@@ -161,11 +163,16 @@ func (w *nodeWait) reached() {
 		w.timer.Stop()
 		w.timer = nil
 	}
+	w.over = false
 }
 
 // wait starts the grace if it is not running and waits for a reason to
 // look again; errors once the grace is over or ctx is done.
 func (w *nodeWait) wait(ctx context.Context, what string) error {
+	gone := fmt.Errorf("node %s: stream lost during %s and not back on any coordinator within %s: %w", w.node, what, w.grace, kit.ErrUnreachable)
+	if w.over {
+		return gone
+	}
 	if w.timer == nil {
 		w.timer = time.NewTimer(w.grace)
 	}
@@ -186,13 +193,15 @@ func (w *nodeWait) wait(ctx context.Context, what string) error {
 	case <-back:
 	case <-t.C:
 	case <-w.timer.C:
+		w.timer = nil
 		if w.f.hasSession(w.node) {
 			return nil
 		}
 		if _, ok := w.f.remoteOwner(ctx, w.node); ok {
-			return nil // one more try at the owner; a loss there ends the call
+			w.over = true // one last try at the owner the store names
+			return nil
 		}
-		return fmt.Errorf("node %s: stream lost during %s and not back on any coordinator within %s: %w", w.node, what, w.grace, kit.ErrUnreachable)
+		return gone
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-w.f.s.stopping:
@@ -574,8 +583,8 @@ func (r *routingService) RouteWork(ctx context.Context, req *pb.RoutedWork) (*pb
 	w.addTarget(node, sess)
 	w.markSent(node, true)
 	w.nudgeOnAccept = req.GetUntilAccepted()
-	s.works.add(w)
-	defer s.works.drop(w)
+	s.works.addRouted(w, node)
+	defer s.works.dropRouted(w, node)
 	s.log.Debug().Str("node", node).Str("work_id", w.id).Str("for", req.GetActor()).Msg("routing: work from another coordinator")
 	msg := &pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_RunChecks{RunChecks: rc}}
 	if err := sendTo(sess, msg); err != nil {
@@ -712,7 +721,7 @@ func (s *Server) doneElsewhere(sess *session, ws *pb.WorkStatus) {
 	if ws.GetState() != pb.WorkStatus_STATE_DONE || ws.GetResultId() == "" {
 		return
 	}
-	w := s.works.get(ws.GetWorkId())
+	w := s.works.lookup(ws.GetWorkId(), sess.node)
 	if w == nil {
 		return
 	}
@@ -764,8 +773,8 @@ func (s *Server) recordActivities(ctx context.Context) {
 
 // nodesElsewhere names the nodes whose streams other coordinators hold;
 // none without ha: (one coordinator).
-func (s *Server) nodesElsewhere(ctx context.Context) (map[string]bool, error) {
-	out := map[string]bool{}
+func (s *Server) nodesElsewhere(ctx context.Context) (map[string]store.Node, error) {
+	out := map[string]store.Node{}
 	if !s.cfg.HA.Enabled {
 		return out, nil
 	}
@@ -775,7 +784,7 @@ func (s *Server) nodesElsewhere(ctx context.Context) (map[string]bool, error) {
 	}
 	for _, n := range nodes {
 		if n.Connected && n.Owner != "" && n.Owner != s.holder {
-			out[n.Name] = true
+			out[n.Name] = n
 		}
 	}
 	return out, nil
