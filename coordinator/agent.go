@@ -92,8 +92,8 @@ type session struct {
 	// actStored is the activity last written to the store (+1; 0: none),
 	// for coordinators that reach the node through this one.
 	actStored atomic.Int32
-	spool    atomic.Uint32
-	enabled  []string
+	spool     atomic.Uint32
+	enabled   []string
 	// protocol is the agent's protocol version; actions and multiNode are
 	// what its hello declares it can do (protocol 1.1).
 	protocol  string

@@ -217,7 +217,7 @@ func (f *fleet) hasSession(node string) bool {
 	return err == nil
 }
 
-// expiredGrace says whether a wait's error is the grace running out.
+// graceOver says whether a wait's error is the grace running out.
 func graceOver(err error) bool { return errors.Is(err, kit.ErrUnreachable) }
 
 // checkRun says whether sess's agent can take rc: parameters need
@@ -249,7 +249,7 @@ func (f *fleet) runOn(ctx context.Context, w *work, node string, rc *pb.RunCheck
 	defer nw.stop()
 	what := "work " + w.id
 	for first := true; ; first = false {
-		if o, r, err, ok := w.verdict(node, untilAccepted); ok {
+		if o, r, ok, err := w.verdict(node, untilAccepted); ok {
 			return o, r, err
 		}
 		if sess, err := f.session(node); err == nil {
@@ -268,7 +268,7 @@ func (f *fleet) runOn(ctx context.Context, w *work, node string, rc *pb.RunCheck
 				}
 			}
 		} else if addr, ok := f.remoteOwner(ctx, node); ok {
-			o, r, err, final := f.routeWork(ctx, addr, node, rc, timeout, untilAccepted, nw)
+			o, r, final, err := f.routeWork(ctx, addr, node, rc, timeout, untilAccepted, nw)
 			if final {
 				return o, r, err
 			}
@@ -288,10 +288,10 @@ func (f *fleet) runOn(ctx context.Context, w *work, node string, rc *pb.RunCheck
 // routeWork asks the owner at addr to run rc; final is false when the
 // caller should look for the node again (it moved, or the owner is gone).
 func (f *fleet) routeWork(ctx context.Context, addr, node string, rc *pb.RunChecks, timeout time.Duration, untilAccepted bool,
-	nw *nodeWait) (o *pb.NodeOutcome, r *store.Result, err error, final bool) {
+	nw *nodeWait) (o *pb.NodeOutcome, r *store.Result, final bool, err error) {
 	cl, err := f.s.routes.client(addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("node %s: its coordinator %s: %v: %w", node, addr, err, kit.ErrUnreachable), true
+		return nil, nil, true, fmt.Errorf("node %s: its coordinator %s: %v: %w", node, addr, err, kit.ErrUnreachable)
 	}
 	left := timeout
 	if dl, ok := ctx.Deadline(); ok {
@@ -304,33 +304,33 @@ func (f *fleet) routeWork(ctx context.Context, addr, node string, rc *pb.RunChec
 		TimeoutMs: left.Milliseconds(), Actor: ActorFrom(ctx)})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, nil, nil, false // the wait that follows says why
+			return nil, nil, false, nil // the wait that follows says why
 		}
 		f.s.log.Warn().Err(err).Str("node", node).Str("owner", addr).Str("work_id", rc.GetWorkId()).Msg("routing: the node's coordinator did not answer; looking for the node again")
-		return nil, nil, nil, false
+		return nil, nil, false, nil
 	}
 	switch res.GetError() {
 	case pb.RouteError_ROUTE_ERROR_UNSPECIFIED:
 		nw.reached()
 		if untilAccepted {
-			return nil, nil, nil, true
+			return nil, nil, true, nil
 		}
 		o := res.GetOutcome()
 		if o.GetStatus() == OutcomeRefused {
-			return nil, nil, fmt.Errorf("node %s refused: %s: %w", node, o.GetReason(), kit.ErrRefused), true
+			return nil, nil, true, fmt.Errorf("node %s refused: %s: %w", node, o.GetReason(), kit.ErrRefused)
 		}
 		r, err := resultOfReport(o, res.GetReportJson())
 		if err != nil {
-			return nil, nil, fmt.Errorf("node %s: report from coordinator %s: %w", node, addr, err), true
+			return nil, nil, true, fmt.Errorf("node %s: report from coordinator %s: %w", node, addr, err)
 		}
-		return o, r, nil, true
+		return o, r, true, nil
 	case pb.RouteError_ROUTE_ERROR_NOT_HERE, pb.RouteError_ROUTE_ERROR_STOPPING:
-		return nil, nil, nil, false
+		return nil, nil, false, nil
 	case pb.RouteError_ROUTE_ERROR_LOST:
 		nw.reached() // it was there: the grace runs from this loss
-		return nil, nil, nil, false
+		return nil, nil, false, nil
 	}
-	return nil, nil, routeErr(node, addr, res.GetError(), res.GetMessage()), true
+	return nil, nil, true, routeErr(node, addr, res.GetError(), res.GetMessage())
 }
 
 // routeErr is a final routing error as the Fleet's errors say it.
@@ -368,17 +368,17 @@ func resultOfReport(o *pb.NodeOutcome, doc []byte) (*store.Result, error) {
 // verdict is node's target as a call ends on it: refused (an error), an
 // outcome, or ACCEPTED when that is all the call waits for; ok false
 // while it is pending.
-func (w *work) verdict(node string, untilAccepted bool) (o *pb.NodeOutcome, r *store.Result, err error, ok bool) {
+func (w *work) verdict(node string, untilAccepted bool) (o *pb.NodeOutcome, r *store.Result, ok bool, err error) {
 	accepted, o, r := w.state(node)
 	switch {
 	case o != nil && o.GetStatus() == OutcomeRefused:
-		return nil, nil, fmt.Errorf("node %s refused: %s: %w", node, o.GetReason(), kit.ErrRefused), true
+		return nil, nil, true, fmt.Errorf("node %s refused: %s: %w", node, o.GetReason(), kit.ErrRefused)
 	case o != nil:
-		return o, r, nil, true
+		return o, r, true, nil
 	case accepted && untilAccepted:
-		return nil, nil, nil, true
+		return nil, nil, true, nil
 	}
-	return nil, nil, nil, false
+	return nil, nil, false, nil
 }
 
 // actionOn sends req to node wherever its stream is and waits for its
@@ -411,7 +411,7 @@ func (f *fleet) actionOn(ctx context.Context, node string, req *pb.RunAction, ti
 				}
 			}
 		} else if addr, ok := f.remoteOwner(ctx, node); ok {
-			res, err, final := f.routeAction(ctx, addr, node, req, timeout, nw)
+			res, final, err := f.routeAction(ctx, addr, node, req, timeout, nw)
 			if final {
 				return res, err
 			}
@@ -427,35 +427,35 @@ func (f *fleet) actionOn(ctx context.Context, node string, req *pb.RunAction, ti
 	}
 }
 
-func (f *fleet) routeAction(ctx context.Context, addr, node string, req *pb.RunAction, timeout time.Duration, nw *nodeWait) (kit.ActionResult, error, bool) {
+func (f *fleet) routeAction(ctx context.Context, addr, node string, req *pb.RunAction, timeout time.Duration, nw *nodeWait) (res kit.ActionResult, final bool, err error) {
 	cl, err := f.s.routes.client(addr)
 	if err != nil {
-		return kit.ActionResult{}, fmt.Errorf("node %s: its coordinator %s: %v: %w", node, addr, err, kit.ErrUnreachable), true
+		return kit.ActionResult{}, true, fmt.Errorf("node %s: its coordinator %s: %v: %w", node, addr, err, kit.ErrUnreachable)
 	}
 	left := timeout
 	if dl, ok := ctx.Deadline(); ok {
 		left = time.Until(dl) - routeMargin
 	}
 	left = max(left, minRouteTimeout)
-	res, err := cl.RouteAction(ctx, &pb.RoutedAction{FencingToken: f.s.token(), Node: node, Action: req, TimeoutMs: left.Milliseconds(), Actor: ActorFrom(ctx)})
+	out, err := cl.RouteAction(ctx, &pb.RoutedAction{FencingToken: f.s.token(), Node: node, Action: req, TimeoutMs: left.Milliseconds(), Actor: ActorFrom(ctx)})
 	if err != nil {
 		if ctx.Err() == nil {
 			f.s.log.Warn().Err(err).Str("node", node).Str("owner", addr).Str("action_id", req.ActionId).Msg("routing: the node's coordinator did not answer; looking for the node again")
 		}
-		return kit.ActionResult{}, nil, false
+		return kit.ActionResult{}, false, nil
 	}
-	switch res.GetError() {
+	switch out.GetError() {
 	case pb.RouteError_ROUTE_ERROR_UNSPECIFIED:
-		return kit.ActionResult{OK: res.GetOk(), Message: res.GetResultMessage(), Output: res.GetOutput()}, nil, true
+		return kit.ActionResult{OK: out.GetOk(), Message: out.GetResultMessage(), Output: out.GetOutput()}, true, nil
 	case pb.RouteError_ROUTE_ERROR_NOT_HERE, pb.RouteError_ROUTE_ERROR_STOPPING:
-		return kit.ActionResult{}, nil, false
+		return kit.ActionResult{}, false, nil
 	case pb.RouteError_ROUTE_ERROR_LOST:
 		nw.reached()
-		return kit.ActionResult{}, nil, false
+		return kit.ActionResult{}, false, nil
 	case pb.RouteError_ROUTE_ERROR_REFUSED:
-		return kit.ActionResult{Message: res.GetResultMessage()}, fmt.Errorf("node %s refused %s: %s: %w", node, req.ActionId, res.GetMessage(), kit.ErrRefused), true
+		return kit.ActionResult{Message: out.GetResultMessage()}, true, fmt.Errorf("node %s refused %s: %s: %w", node, req.ActionId, out.GetMessage(), kit.ErrRefused)
 	}
-	return kit.ActionResult{}, routeErr(node, addr, res.GetError(), res.GetMessage()), true
+	return kit.ActionResult{}, true, routeErr(node, addr, out.GetError(), out.GetMessage())
 }
 
 // checkAction says whether sess's agent can take the action.
@@ -797,7 +797,9 @@ func (s *Server) nodesElsewhere(ctx context.Context) (map[string]store.Node, err
 func (f *fleet) relay(ctx context.Context, w *work, node string, rc *pb.RunChecks, timeout time.Duration) {
 	nw := f.newNodeWait(node)
 	defer nw.stop()
-	finish := func(status, reason string) { w.finish(node, &pb.NodeOutcome{Node: node, Status: status, Reason: reason}) }
+	finish := func(status, reason string) {
+		w.finish(node, &pb.NodeOutcome{Node: node, Status: status, Reason: reason})
+	}
 	for {
 		if _, o, _ := w.state(node); o != nil {
 			return
@@ -809,7 +811,7 @@ func (f *fleet) relay(ctx context.Context, w *work, node string, rc *pb.RunCheck
 			return
 		}
 		if addr, ok := f.remoteOwner(ctx, node); ok {
-			o, r, err, final := f.routeWork(ctx, addr, node, rc, timeout, false, nw)
+			o, r, final, err := f.routeWork(ctx, addr, node, rc, timeout, false, nw)
 			if final {
 				switch {
 				case err == nil:

@@ -147,6 +147,24 @@ func (operatorStub) RunCheck(_ *pb.RunCheckRequest, stream pb.OperatorService_Ru
 	return stream.Send(&pb.RunCheckProgress{Final: true, WorkId: id.Actor()})
 }
 
+type routingStub struct {
+	pb.UnimplementedRoutingServiceServer
+}
+
+func (routingStub) RouteWork(ctx context.Context, _ *pb.RoutedWork) (*pb.RoutedOutcome, error) {
+	id, ok := authz.IdentityFrom(ctx)
+	if !ok {
+		return nil, status.Error(codes.Internal, "no identity")
+	}
+	return &pb.RoutedOutcome{Message: id.Actor()}, nil
+}
+
+func routeWork(t *testing.T, cc *grpc.ClientConn) (string, error) {
+	t.Helper()
+	r, err := pb.NewRoutingServiceClient(cc).RouteWork(ctx(t), &pb.RoutedWork{})
+	return r.GetMessage(), err
+}
+
 // serve runs the stubs behind the interceptors on 127.0.0.1.
 func serve(t *testing.T, a *authz.Authorizer, creds credentials.TransportCredentials) string {
 	t.Helper()
@@ -160,6 +178,7 @@ func serve(t *testing.T, a *authz.Authorizer, creds credentials.TransportCredent
 	s := grpc.NewServer(opts...)
 	pb.RegisterAgentServiceServer(s, agentStub{})
 	pb.RegisterOperatorServiceServer(s, operatorStub{})
+	pb.RegisterRoutingServiceServer(s, routingStub{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -447,13 +466,25 @@ func TestPolicy(t *testing.T) {
 		_, err := connect(t, f.conn(t, "admin"), "gpu01")
 		wantCode(t, "Connect", err, codes.PermissionDenied)
 	})
-	t.Run("coordinator identity calls nothing", func(t *testing.T) {
+	t.Run("coordinator identity calls RoutingService only", func(t *testing.T) {
 		t.Parallel()
 		cc := f.conn(t, "coordinator")
 		_, err := connect(t, cc, "peer")
 		wantCode(t, "Connect", err, codes.PermissionDenied)
 		_, err = listNodes(t, cc)
 		wantCode(t, "ListNodes", err, codes.PermissionDenied)
+		if who, err := routeWork(t, cc); err != nil || who != "coordinator:peer" {
+			t.Fatalf("RouteWork: %q, %v", who, err)
+		}
+	})
+	t.Run("node and admin cannot call RoutingService", func(t *testing.T) {
+		t.Parallel()
+		for _, who := range []string{"node", "admin"} {
+			_, err := routeWork(t, f.conn(t, who))
+			wantCode(t, who+" RouteWork", err, codes.PermissionDenied)
+		}
+		_, err := routeWork(t, f.conn(t, "other domain"))
+		wantCode(t, "other domain RouteWork", err, codes.PermissionDenied)
 	})
 	t.Run("wrong trust domain", func(t *testing.T) {
 		t.Parallel()
