@@ -200,6 +200,40 @@ func TestHARoutedWorkFencedAfterTakeover(t *testing.T) {
 		}
 	}
 
+	// Requests out of bounds, or for work never recorded as dispatched.
+	many := make([]string, 65)
+	for i := range many {
+		many[i] = "gpu-001"
+	}
+	ok := func(mod func(*pb.RoutedWork)) *pb.RoutedWork {
+		r := &pb.RoutedWork{Node: "gpu-001", TimeoutMs: 5000, Run: &pb.RunChecks{WorkId: "w-never-sent", Checks: []string{"gpu.ecc"}}}
+		mod(r)
+		return r
+	}
+	for name, req := range map[string]*pb.RoutedWork{
+		"no run":        ok(func(r *pb.RoutedWork) { r.Run = nil }),
+		"bad node":      ok(func(r *pb.RoutedWork) { r.Node = "gpu 1; reboot" }),
+		"bad check":     ok(func(r *pb.RoutedWork) { r.Run.Checks = []string{"GPU.ECC"} }),
+		"no timeout":    ok(func(r *pb.RoutedWork) { r.TimeoutMs = 0 }),
+		"huge timeout":  ok(func(r *pb.RoutedWork) { r.TimeoutMs = 1 << 50 }),
+		"long work id":  ok(func(r *pb.RoutedWork) { r.Run.WorkId = strings.Repeat("w", 129) }),
+		"many peers":    ok(func(r *pb.RoutedWork) { r.Run.Participants = many }),
+		"never sent":    ok(func(*pb.RoutedWork) {}),
+		"bad parameter": ok(func(r *pb.RoutedWork) { r.Run.Params = map[string]string{"Bad Name": "x"} }),
+	} {
+		res, err := rc.RouteWork(ctx, req)
+		if err != nil || res.GetError() != pb.RouteError_ROUTE_ERROR_INVALID {
+			t.Errorf("%s: %v %v, want INVALID", name, res, err)
+		}
+	}
+	select {
+	case m := <-ag.in:
+		if m.GetRunChecks() != nil {
+			t.Fatalf("an invalid request reached the agent: %v", m)
+		}
+	default:
+	}
+
 	// a freezes; its lease runs out and b takes over.
 	if _, err := a.camp.deps.DB.SQL().ExecContext(ctx, `UPDATE `+leader.Table+` SET expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)

@@ -512,6 +512,19 @@ func (r *routingService) admit(ctx context.Context, token int64, allowZero bool)
 	return 0, "", nil
 }
 
+// validMulti bounds a multi-node request's participants and id.
+func validMulti(participants []string, id string) error {
+	if len(participants) > maxMultiNodes || len(id) > 128 {
+		return fmt.Errorf("a multi-node run has at most %d participants and an id of at most 128 bytes", maxMultiNodes)
+	}
+	for _, p := range participants {
+		if err := validNodeName(p); err != nil {
+			return fmt.Errorf("participant: %w", err)
+		}
+	}
+	return nil
+}
+
 func routeTimeout(ms int64) (time.Duration, error) {
 	if ms < minRouteTimeout.Milliseconds() || ms > maxRouteTimeout.Milliseconds() {
 		return 0, fmt.Errorf("timeout_ms %d: must be within %s..%s", ms, minRouteTimeout, maxRouteTimeout)
@@ -555,6 +568,9 @@ func (r *routingService) RouteWork(ctx context.Context, req *pb.RoutedWork) (*pb
 		return invalid(err)
 	}
 	if err := validFleetParams(rc.GetParams()); err != nil {
+		return invalid(err)
+	}
+	if err := validMulti(rc.GetParticipants(), rc.GetMultiId()); err != nil {
 		return invalid(err)
 	}
 	timeout, err := routeTimeout(req.GetTimeoutMs())
@@ -677,8 +693,13 @@ func (r *routingService) RouteEndMulti(ctx context.Context, req *pb.RoutedEndMul
 	if kind, msg, err := r.admit(ctx, req.GetFencingToken(), true); err != nil || kind != 0 {
 		return &pb.RouteAck{Error: kind, Message: msg}, err
 	}
-	if err := validNodeName(req.GetNode()); err != nil || req.GetEnd() == nil {
+	end := req.GetEnd()
+	if err := validNodeName(req.GetNode()); err != nil || end == nil {
 		return &pb.RouteAck{Error: pb.RouteError_ROUTE_ERROR_INVALID, Message: "a node and an EndMulti are required"}, nil
+	}
+	if err := validMulti([]string{end.GetLauncher()}, end.GetMultiId()); err != nil || end.GetMultiId() == "" ||
+		len(end.GetLauncherResultId()) > 128 || len(end.GetAbortReason()) > maxReason {
+		return &pb.RouteAck{Error: pb.RouteError_ROUTE_ERROR_INVALID, Message: fmt.Sprintf("EndMulti: a multi id and launcher, ids of at most 128 bytes, a reason of at most %d", maxReason)}, nil
 	}
 	sess, err := (&fleet{s: r.s}).session(req.GetNode())
 	if err != nil {
