@@ -46,12 +46,20 @@ type remedGap struct {
 	since    time.Time // wall clock: commits are
 }
 
+// remedSink is what the feed hands results to and keeps its place in:
+// the term's remediation engine.
+type remedSink interface {
+	Observe(ctx context.Context, node string, checks []report.CheckResult, at time.Time, job string) error
+	Cursor(ctx context.Context, name string) (string, bool, error)
+	SetCursor(ctx context.Context, name, value string) error
+}
+
 // remedFeed is one term's reader of the stored results for the ladder.
 // Its place (the last number read) is kept in the store through the
 // term's fenced handle, so the next leader goes on from there.
 type remedFeed struct {
 	st    *store.Store
-	eng   *remediation.Engine
+	eng   remedSink
 	log   zerolog.Logger
 	last  int64
 	saved int64

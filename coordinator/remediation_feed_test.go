@@ -1,0 +1,128 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/report"
+)
+
+// sinkRec records what the feed hands on, and keeps its cursors.
+type sinkRec struct {
+	seen    []string // "node check,check"
+	cursors map[string]string
+}
+
+func (s *sinkRec) Observe(_ context.Context, node string, checks []report.CheckResult, _ time.Time, _ string) error {
+	var names []string
+	for _, c := range checks {
+		names = append(names, c.Name)
+	}
+	s.seen = append(s.seen, node+" "+strings.Join(names, ","))
+	return nil
+}
+
+func (s *sinkRec) Cursor(_ context.Context, name string) (string, bool, error) {
+	v, ok := s.cursors[name]
+	return v, ok, nil
+}
+
+func (s *sinkRec) SetCursor(_ context.Context, name, value string) error {
+	s.cursors[name] = value
+	return nil
+}
+
+// The feed hands on each scheduled result once, leaves campaign runs
+// out, reads a gap in the stored order again until the row shows (a
+// batch another coordinator had not committed), and a new term goes on
+// from the kept place, not from the start.
+func TestRemedFeedReadsGapsAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	at := time.Now().Add(-time.Minute)
+	ingest := func(id, node, work string, checks ...string) {
+		t.Helper()
+		r := store.Result{ID: id, Node: node, WorkID: work, Started: at, Finished: at.Add(time.Second), Status: report.Pass}
+		for _, c := range checks {
+			r.Checks = append(r.Checks, report.CheckResult{Name: c, Status: report.Pass})
+		}
+		if _, err := st.Ingest(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Before the feed's first term: not handed on (a new install starts
+	// at the end of what is stored).
+	ingest("old", "n0", "", "gpu.ecc")
+	sink := &sinkRec{cursors: map[string]string{}}
+	f := &remedFeed{st: st, eng: sink, log: zerolog.Nop()}
+	if err := f.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ingest("r1", "n1", "", "gpu.ecc", "gpu.xid")
+	ingest("r2", "n2", "", "ib.ports")
+	ingest("r3", "n3", "sweep-1", "nccl.allreduce") // a campaign's run
+	// r2's row is not visible yet: its number is a gap.
+	db := st.OpenDB()
+	defer func() { _ = db.Close() }()
+	var r2 int64
+	if err := db.QueryRowContext(ctx, `SELECT id FROM check_results WHERE result_id = 'r2'`).Scan(&r2); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`CREATE TABLE held AS SELECT * FROM check_results WHERE id = ?`, `DELETE FROM check_results WHERE id = ?`} {
+		if _, err := db.ExecContext(ctx, q, r2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"n1 gpu.ecc,gpu.xid"}; !slices.Equal(sink.seen, want) {
+		t.Fatalf("first poll handed on %q, want %q", sink.seen, want)
+	}
+	if len(f.gaps) != 1 || f.gaps[0].from != r2 || f.gaps[0].to != r2 {
+		t.Fatalf("gaps %+v, want [%d, %d]", f.gaps, r2, r2)
+	}
+	// The row commits: the next poll finds it in the gap, once.
+	if _, err := db.ExecContext(ctx, `INSERT INTO check_results SELECT * FROM held`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := f.poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"n1 gpu.ecc,gpu.xid", "n2 ib.ports"}; !slices.Equal(sink.seen, want) || len(f.gaps) != 0 {
+		t.Fatalf("after the gap filled: %q, gaps %+v", sink.seen, f.gaps)
+	}
+	last, err := st.LastCheckSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.cursors[remedCursor]; got != fmt.Sprint(last) {
+		t.Fatalf("kept place %q, want %d", got, last)
+	}
+	// The next term goes on from there.
+	ingest("r4", "n4", "", "gpu.pcie")
+	next := &remedFeed{st: st, eng: sink, log: zerolog.Nop()}
+	if err := next.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"n1 gpu.ecc,gpu.xid", "n2 ib.ports", "n4 gpu.pcie"}; !slices.Equal(sink.seen, want) {
+		t.Fatalf("the next term handed on %q, want %q", sink.seen, want)
+	}
+}
