@@ -176,6 +176,11 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	} else {
 		c.log.Warn().Err(err).Msg("burn-in drains not restored into the breaker")
 	}
+	if recs, err := e.remed.DrainRecords(ctx, clock.Now().Add(-window)); err == nil {
+		c.breaker.Restore(recs)
+	} else {
+		c.log.Warn().Err(err).Msg("remediation drains not restored into the breaker")
+	}
 	if nodes, err := st.Nodes(ctx); err == nil {
 		c.breaker.Restore(policyBreakerRecords(nodes))
 	} else {

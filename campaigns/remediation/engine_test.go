@@ -545,3 +545,44 @@ func TestShadowRecordsTheClimb(t *testing.T) {
 		t.Fatalf("shadow mode reached the agents: sent %q, drained %v/%v, breaker %v", sent, r.drained(t, "n01"), r.drained(t, "n02"), r.br.Records())
 	}
 }
+
+// The ladder's drains come back into a restarted coordinator's breaker
+// from the event log: the window's count holds across the restart.
+func TestDrainRecordsRestoreTheBreaker(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	r := newRigDB(t, db, auto(), kit.BreakerConfig{Window: time.Hour, MaxCount: 1})
+	r.trigger(t, "n01", "GPU0", StepResetGPU)
+	drive(t, r.e, r.c, 30*time.Minute)
+	recs, err := r.e.DrainRecords(r.ctx, r.c.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].Node != "n01" || recs[0].Campaign != Actor {
+		t.Fatalf("drain records %+v", recs)
+	}
+	if old, err := r.e.DrainRecords(r.ctx, r.c.Now().Add(time.Minute)); err != nil || len(old) != 0 {
+		t.Fatalf("records after the window's start: %+v %v", old, err)
+	}
+	// A fresh breaker (the restarted coordinator's) restored from them
+	// holds the next drain.
+	br, err := kit.NewBreaker(kit.BreakerConfig{Window: time.Hour, MaxCount: 1}, r.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.Restore(recs)
+	again, err := New(r.ctx, auto(), Deps{DB: db, Fleet: r.f, Drain: r.d, Breaker: br, Clock: r.c, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := again.Trigger(r.ctx, Trigger{Node: "n02", Component: "GPU0", Step: StepResetGPU, Reason: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.Step(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := again.Get(r.ctx, id); err != nil || x.State != StateHeld {
+		t.Fatalf("after the restart: %s %v", x.State, err)
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/campaigns/kit/campaigndb"
 	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
@@ -159,4 +161,29 @@ func loadJobs(ctx context.Context, q campaigndb.Querier, limit int) ([]JobEvent,
 		out = append(out, j)
 	}
 	return out, rows.Err()
+}
+
+// DrainRecords are the ladder's drains since since, from its event log:
+// the breaker keeps its window in memory, and a restarted coordinator
+// restores what the ladder drained into it.
+func (e *Engine) DrainRecords(ctx context.Context, since time.Time) ([]kit.DrainRecord, error) {
+	rows, err := e.d.DB.QueryContext(ctx, `SELECT node, at FROM remediation_events WHERE at >= ? AND what LIKE 'drained;%'`, campaigndb.Time(since))
+	if err != nil {
+		return nil, fmt.Errorf("remediation drain records: %w", err)
+	}
+	defer rows.Close()
+	var out []kit.DrainRecord
+	for rows.Next() {
+		var r kit.DrainRecord
+		var at string
+		if err := rows.Scan(&r.Node, &at); err != nil {
+			return nil, fmt.Errorf("remediation drain records: %w", err)
+		}
+		r.Campaign, r.At = Actor, campaigndb.ParseTime(at)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("remediation drain records: %w", err)
+	}
+	return out, nil
 }
