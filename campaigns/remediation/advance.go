@@ -173,8 +173,8 @@ func (e *Engine) act(ctx context.Context, r *Remediation) error {
 	if r.Step == StepReboot && (errors.Is(err, kit.ErrUnreachable) || errors.Is(err, kit.ErrTimeout)) {
 		run.OK, run.Message = true, "agent went away with the reboot: "+err.Error()
 	} else if errors.Is(err, kit.ErrUnreachable) || errors.Is(err, kit.ErrRefused) {
-		// The agent is away (or connected to another coordinator) or
-		// refused the request (the node is busy): nothing ran.
+		// The agent is away or refused the request (the node is busy):
+		// nothing ran.
 		return e.wait(ctx, r, now, fmt.Sprintf("agent action %s not run: %v", name, err))
 	} else if err != nil {
 		run.Message = err.Error()
