@@ -386,12 +386,30 @@ func TestFleetTimeoutAndLostStream(t *testing.T) {
 
 	// An agent that accepts and dies: unreachable once it is not back
 	// within three heartbeat intervals.
+	// It dies once the coordinator has taken the acceptance (the work's
+	// target marked accepted), so the call is past "accepted" when the
+	// stream goes.
+	accepted, die := make(chan string, 1), make(chan struct{})
 	mustConnect(t, s, "gpu-dying", onRun(func(a *fakeAgent, rc *pb.RunChecks) {
 		a.workStatus(rc.GetWorkId(), pb.WorkStatus_STATE_ACCEPTED, "", "")
-		time.Sleep(50 * time.Millisecond)
+		accepted <- rc.GetWorkId()
+		<-die
 		a.close()
 	}))
-	_, err = f.RunChecks(ctx, "gpu-dying", []string{"gpu.ecc"}, kit.RunOptions{Timeout: time.Minute})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.RunChecks(ctx, "gpu-dying", []string{"gpu.ecc"}, kit.RunOptions{Timeout: time.Minute})
+		errc <- err
+	}()
+	var wid string
+	select {
+	case wid = <-accepted:
+	case err := <-errc:
+		t.Fatalf("dying agent: the call ended before the agent accepted: %v", err)
+	}
+	testwait.Until(t, 10*time.Second, "the coordinator takes gpu-dying's acceptance", func() bool { return workAccepted(s, wid, "gpu-dying") })
+	close(die)
+	err = <-errc
 	if !errors.Is(err, kit.ErrUnreachable) || !strings.Contains(err.Error(), "stream lost") {
 		t.Errorf("dying agent: %v", err)
 	}
@@ -447,4 +465,17 @@ func TestFleetWorkSentAgainAfterAgentRestart(t *testing.T) {
 		t.Errorf("report without gpu.ecc: %+v", rep)
 	}
 	<-restarted
+}
+
+// workAccepted says whether the coordinator has marked node's part of
+// work id accepted.
+func workAccepted(s *Server, id, node string) bool {
+	w := s.works.get(id)
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tg := w.targets[node]
+	return tg != nil && tg.accepted
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
@@ -104,6 +105,9 @@ type deathConfirms struct {
 	stopped bool
 	stop    chan struct{}
 	wg      sync.WaitGroup
+	// ran counts the waits that ran their fn to its end: a test waits on
+	// it to know a refuted death was looked at, not for a while.
+	ran atomic.Int64
 }
 
 // after runs fn once d.wait has passed, unless the pool stops first.
@@ -121,6 +125,7 @@ func (d *deathConfirms) after(fn func()) {
 		select {
 		case <-t.C:
 			fn()
+			d.ran.Add(1)
 		case <-d.stop:
 		}
 	}()

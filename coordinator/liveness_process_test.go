@@ -5,15 +5,19 @@ package coordinator
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fleetcheck/fleetcheck/internal/testwait"
 )
 
 // processEnv makes the test binary, run again by
@@ -80,7 +84,8 @@ func TestStoppedCoordinatorProcessKeepsStreams(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() { // a healthy agent: heartbeats at the coordinator's interval
+	var sent atomic.Int64 // the agent's heartbeats
+	go func() {           // a healthy agent: heartbeats at the coordinator's interval
 		tk := time.NewTicker(processInterval)
 		defer tk.Stop()
 		for {
@@ -89,6 +94,7 @@ func TestStoppedCoordinatorProcessKeepsStreams(t *testing.T) {
 				return
 			case <-tk.C:
 				a.heartbeat()
+				sent.Add(1)
 			}
 		}
 	}()
@@ -111,9 +117,15 @@ func TestStoppedCoordinatorProcessKeepsStreams(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	// The stop is the fault itself: five intervals and a half (a 30 s
-	// freeze is three against the default 10 s interval).
-	time.Sleep(5*processInterval + processInterval/2)
+	// The stop is the fault itself. It lasts until the agent has sent six
+	// heartbeats into the stopped coordinator's socket: more than five
+	// intervals by the agent's own clock (a 30 s freeze is three against
+	// the default 10 s interval), counted rather than slept.
+	before := sent.Load()
+	testwait.For(t, 20*processInterval, "the agent's heartbeats into the stopped coordinator", func() (bool, string) {
+		n := sent.Load() - before
+		return n >= 6, fmt.Sprintf("%d heartbeats sent since the stop", n)
+	})
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
