@@ -156,7 +156,12 @@ func partitionScenario(t *testing.T, rejoin time.Duration, seeds bool) *mockClus
 	if mc.faults.Dropped() == 0 {
 		t.Fatal("the partition dropped no packets")
 	}
-	time.Sleep(mc.pools[0].cfg.PushPullInterval * 3 / 2)
+	// The partition outlives the state exchanges under way when it began:
+	// every member has had a push-pull round (a stream to a live member of
+	// its side) since, counted rather than slept for.
+	dialed := mc.faults.Dialed()
+	testwait.Value(t, 10*time.Second, "a push-pull round of every member during the partition", mc.faults.Dialed,
+		func(n uint64) bool { return n >= dialed+uint64(len(mc.pools)) })
 	mc.faults.Heal()
 	return mc
 }
@@ -217,19 +222,26 @@ func TestKeyringRotationKeepsMembers(t *testing.T) {
 	mc.joinAll(t, upTo(pool)[1:]...)
 	members := mc.pools[:pool]
 
-	settle := func() { time.Sleep(300 * time.Millisecond) }
+	// settle lets each step reach the wire: two probe rounds of every
+	// member (a ping and its ack each) delivered since, counted.
+	settle := func(what string) {
+		t.Helper()
+		d := mc.faults.Delivered()
+		testwait.Value(t, 10*time.Second, "two probe rounds "+what, mc.faults.Delivered,
+			func(n uint64) bool { return n >= d+4*uint64(len(members)) })
+	}
 	for _, p := range members {
 		if err := p.InstallKey(newKey); err != nil {
 			t.Fatal(err)
 		}
 	}
-	settle()
+	settle("with the new key installed")
 	for _, p := range members {
 		if err := p.UseKey(newKey); err != nil {
 			t.Fatal(err)
 		}
 	}
-	settle()
+	settle("on the new key, the old one still accepted")
 	for _, p := range members {
 		if err := p.RemoveKey(oldKey); err != nil {
 			t.Fatal(err)
