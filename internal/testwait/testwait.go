@@ -80,3 +80,31 @@ func poll(timeout, first, most time.Duration, cond func() (bool, string)) (strin
 		interval = min(2*interval, most)
 	}
 }
+
+// Throughout checks that holds stays true until done reports true: it
+// polls both, fails t at once when holds is false (with its state), and
+// fails after timeout (×RaceScale under -race) when done never came. done
+// should count what proves the quiet was tested (probe rounds delivered,
+// a confirmation that ran), not only a time: a test that sees nothing
+// happen must show the thing was looked at.
+func Throughout(t testing.TB, timeout time.Duration, what string, holds func() (bool, string), done func() (bool, string)) {
+	t.Helper()
+	var broke string
+	failed := false
+	state, ok := poll(timeout*RaceScale, firstPoll, maxPoll, func() (bool, string) {
+		if ok, st := holds(); !ok {
+			failed, broke = true, st
+			return true, ""
+		}
+		return done()
+	})
+	switch {
+	case failed:
+		t.Fatalf("%s: no longer so: %s", what, broke)
+	case ok:
+	case state == "":
+		t.Fatalf("timed out after %s checking %s: the end never came", timeout*RaceScale, what)
+	default:
+		t.Fatalf("timed out after %s checking %s: the end never came; last seen: %s", timeout*RaceScale, what, state)
+	}
+}

@@ -82,3 +82,36 @@ func TestForPollsAtTheDeadline(t *testing.T) {
 		t.Fatalf("failed at the deadline: %q", r.msg)
 	}
 }
+
+func TestThroughout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		breakAt   int32 // the poll at which holds turns false; 0: never
+		doneAt    int32 // the poll at which done turns true; 0: never
+		timeout   time.Duration
+		wantMsg   string // "" for no failure
+		wantPolls int32
+	}{
+		{"holds until done", 0, 5, 10 * time.Second, "", 5},
+		{"breaks before done", 3, 5, 10 * time.Second, "a quiet link: no longer so: flapped at 3", 3},
+		{"never done", 0, 0, 20 * time.Millisecond, "the end never came", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var polls atomic.Int32
+			r := &recorder{TB: t}
+			Throughout(r, tc.timeout, "a quiet link", func() (bool, string) {
+				n := polls.Add(1)
+				return tc.breakAt == 0 || n < tc.breakAt, fmt.Sprintf("flapped at %d", n)
+			}, func() (bool, string) {
+				return tc.doneAt != 0 && polls.Load() >= tc.doneAt, fmt.Sprintf("%d rounds", polls.Load())
+			})
+			if tc.wantMsg == "" && r.msg != "" || !strings.Contains(r.msg, tc.wantMsg) {
+				t.Errorf("failure %q, want %q", r.msg, tc.wantMsg)
+			}
+			if tc.wantPolls > 0 && polls.Load() != tc.wantPolls {
+				t.Errorf("%d polls, want %d", polls.Load(), tc.wantPolls)
+			}
+		})
+	}
+}

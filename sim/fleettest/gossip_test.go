@@ -329,7 +329,7 @@ func TestGossipPartitionIsOnlyAHint(t *testing.T) {
 	// Cut long enough for the victim to declare every other member dead
 	// (its longest suspicion timeout), so that the heal brings those stale
 	// deaths to the pool; the others stay untouched meanwhile.
-	noGossipEvents(t, f, others, time.Until(cut.Add(staleViewAfter)))
+	noGossipEvents(t, f, faults, others, time.Until(cut.Add(staleViewAfter)))
 
 	healed := time.Now()
 	faults.Heal()
@@ -351,7 +351,7 @@ func TestGossipPartitionIsOnlyAHint(t *testing.T) {
 	// from unreachable, and none from gossip, from the start to the end of
 	// a hold window after the heal (the healed member's view of the others,
 	// gone stale while it was cut, reaches the pool right then).
-	noGossipEvents(t, f, others, holdAfterHeal)
+	noGossipEvents(t, f, faults, others, holdAfterHeal)
 }
 
 // holdSteady watches for holdFor, and until the network has carried a
@@ -368,26 +368,23 @@ func holdSteady(t *testing.T, f *fleet, faults *faultnet.Network, nodes []*node,
 	end := time.Now().Add(holdFor)
 	// A probe is a ping and its ack; each member probes once a round.
 	want := faults.Delivered() + uint64(2*3*(len(nodes)+1))
-	for {
+	testwait.Throughout(t, holdFor+detectWithin, what, func() (bool, string) {
 		if !cond() {
-			t.Fatalf("%s: no longer so: %+v", what, f.pool().Members())
+			return false, fmt.Sprintf("%+v", f.pool().Members())
 		}
 		for _, n := range nodes {
 			evs := events(t, f.store(), n.name) // newest first
 			for _, e := range evs[:max(0, len(evs)-seen[n.name])] {
 				if strings.Contains(e, "unreachable") || strings.Contains(e, "gossip") {
-					t.Fatalf("%s: %s: event %q", what, n.name, e)
+					return false, fmt.Sprintf("%s: event %q", n.name, e)
 				}
 			}
 		}
-		if time.Now().After(end) && faults.Delivered() >= want {
-			return
-		}
-		if time.Now().After(end.Add(detectWithin)) {
-			t.Fatalf("%s: the network carried %d packets in %s, want %d: nobody probed", what, faults.Delivered(), holdFor+detectWithin, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true, ""
+	}, func() (bool, string) {
+		d := faults.Delivered()
+		return time.Now().After(end) && d >= want, fmt.Sprintf("the network carried %d packets, want %d (three probe rounds)", d, want)
+	})
 }
 
 // staleViewAfter is how long after its cut a partitioned member holds
@@ -403,24 +400,29 @@ const holdAfterHeal = 5 * time.Second
 
 // noGossipEvents fails the test on the first event of any node in nodes
 // that speaks of unreachable or gossip, from the node's first event to the
-// end of window. It reads the coordinator's event log, where every state
-// change is recorded, so a flap between two reads is seen too.
-func noGossipEvents(t *testing.T, f *fleet, nodes []*node, window time.Duration) {
+// end of window and until every member has had a push-pull round since
+// (a stream opened or refused by the fault network: the views were
+// exchanged, so a stale one had its chance to do harm). It reads the
+// coordinator's event log, where every state change is recorded, so a
+// flap between two reads is seen too.
+func noGossipEvents(t *testing.T, f *fleet, faults *faultnet.Network, nodes []*node, window time.Duration) {
 	t.Helper()
 	end := time.Now().Add(window)
-	for {
+	streams := func() uint64 { return faults.Dialed() + faults.Refused() }
+	want := streams() + uint64(len(f.pool().Members()))
+	testwait.Throughout(t, window+detectWithin, "no gossip events on the nodes not partitioned", func() (bool, string) {
 		for _, n := range nodes {
 			for _, e := range events(t, f.store(), n.name) {
 				if strings.Contains(e, "unreachable") || strings.Contains(e, "gossip") {
-					t.Fatalf("%s, not partitioned: event %q (all: %q)", n.name, e, events(t, f.store(), n.name))
+					return false, fmt.Sprintf("%s, not partitioned: event %q (all: %q)", n.name, e, events(t, f.store(), n.name))
 				}
 			}
 		}
-		if time.Now().After(end) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return true, ""
+	}, func() (bool, string) {
+		n := streams()
+		return time.Now().After(end) && n >= want, fmt.Sprintf("%d push-pull streams, want %d", n, want)
+	})
 }
 
 // A partition that outlasts the suspicion timeout and memberlist's
@@ -438,13 +440,19 @@ func TestGossipLongPartitionHealsByRejoin(t *testing.T) {
 	testwait.Until(t, detectWithin, victim.name+" unreachable from gossip", gossipUnreachable(f, victim.name))
 	// Past GossipToTheDeadTime (2 s) after the death: memberlist alone no
 	// longer contacts the other side.
+	// Held throughout, and until the cut has dropped more of the
+	// victim's traffic (it kept trying: the cut was tested, not idle).
 	hold := time.Now().Add(2500 * time.Millisecond)
-	for time.Now().Before(hold) {
+	dropped := faults.Dropped() + faults.Refused()
+	testwait.Throughout(t, 2500*time.Millisecond+detectWithin, victim.name+" unreachable and dead while partitioned", func() (bool, string) {
 		if !gossipUnreachable(f, victim.name)() || !f.gossipSees(victim.name, membership.StateDead)() {
-			t.Fatalf("%s came back while still partitioned: the cut leaks", victim.name)
+			return false, "came back while still partitioned: the cut leaks"
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true, ""
+	}, func() (bool, string) {
+		n := faults.Dropped() + faults.Refused()
+		return time.Now().After(hold) && n > dropped, fmt.Sprintf("%d packets and streams cut since the death", n-dropped)
+	})
 
 	healed := time.Now()
 	faults.Heal()
@@ -654,14 +662,16 @@ func TestGossipKeyRotationOverMTLS(t *testing.T) {
 		if got := len(resp.GetKeyFingerprints()); got != wantKeys {
 			t.Fatalf("%v: coordinator holds %d keys, want %d", o, got, wantKeys)
 		}
-		// Several probe rounds, every member alive throughout.
+		// Three probe rounds on the keys now in use (a ping and its ack
+		// each, every member), every member alive throughout.
 		until := time.Now().Add(holdFor)
-		for time.Now().Before(until) {
-			if !f.allAlive(nodes)() {
-				t.Fatalf("%v: a member was lost: %+v", o, f.pool().Members())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		want := faults.Delivered() + uint64(2*3*(len(nodes)+1))
+		testwait.Throughout(t, holdFor+detectWithin, fmt.Sprintf("%v: every member alive", o), func() (bool, string) {
+			return f.allAlive(nodes)(), fmt.Sprintf("%+v", f.pool().Members())
+		}, func() (bool, string) {
+			d := faults.Delivered()
+			return time.Now().After(until) && d >= want, fmt.Sprintf("%d packets delivered, want %d", d, want)
+		})
 	}
 	round(pb.GossipKeyOp_OP_INSTALL, next, 2)
 	round(pb.GossipKeyOp_OP_USE, next, 2)
