@@ -71,13 +71,7 @@ func TestGuardRealProcess(t *testing.T) {
 		defer wg.Done()
 		first = g.Run(context.Background(), "probe", s)
 	}()
-	deadline := time.Now().Add(2 * time.Second)
-	for len(g.Busy()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("first run never registered")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 2*time.Second, "the first run registered", func() bool { return len(g.Busy()) > 0 })
 	start := time.Now()
 	second := g.Run(context.Background(), "probe", sh("true"))
 	if !second.TimedOut || !errors.Is(second.Err, ErrStuck) || time.Since(start) > 100*time.Millisecond {
