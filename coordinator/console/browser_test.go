@@ -545,14 +545,17 @@ func testRemediation(t *testing.T, st *stage, b *browser) {
 	if got := b.eval(t, `document.querySelector("#would").textContent`); !strings.Contains(got, "would: drain gpu-003") {
 		t.Errorf("no would: %q", got)
 	}
-	b.do(t, "approve", 20*time.Second, chromedp.Click(`button[data-action=approve]`))
+	// The live part is swapped in every refresh (its "updated" age
+	// changes), so each action is one click in the page's own script:
+	// never a node found by one step and clicked by the next.
+	b.eval(t, `document.querySelector("button[data-action=approve]").click(), "clicked"`)
 	b.poll(t, "the approved remediation", `!!document.querySelector("#flash") && document.querySelector("#remed-state").textContent !== "shadow" &&
 		document.querySelector("#remed-mode").textContent === "auto"`, 10*time.Second)
 	b.noErrors(t, "/remediations/"+id+" (approved)")
 	b.shot(t, "remediation")
 
-	b.do(t, "cancel", 20*time.Second, chromedp.WaitVisible(`button[data-action=cancel]`), chromedp.SendKeys(`form[action$="/cancel"] input[name=reason]`, "port reseated by hand"),
-		chromedp.Click(`button[data-action=cancel]`))
+	b.do(t, "cancel button", 20*time.Second, chromedp.WaitVisible(`button[data-action=cancel]`))
+	b.eval(t, `(f => { f.querySelector("input[name=reason]").value = "port reseated by hand"; f.querySelector("button").click(); return "clicked" })(document.querySelector('form[action$="/cancel"]'))`)
 	b.poll(t, "the cancelled remediation", `!!document.querySelector("#remed-state") && document.querySelector("#remed-state").textContent === "cancelled"`, 10*time.Second)
 	if got := b.eval(t, `document.querySelector("#transitions").textContent`); !strings.Contains(got, "approved by browser") || !strings.Contains(got, "port reseated by hand (from the console)") {
 		t.Errorf("transitions: %.600q", got)
