@@ -503,7 +503,9 @@ func (s *Server) detach(sess *session, cause error) {
 	} else {
 		sess.log.Warn().Str("reason", cause.Error()).Msg("agent stream ended")
 	}
-	s.setState(ctx, e, state, reason, "", &off, now)
+	if !s.setState(ctx, e, state, reason, "", &off, now) {
+		return // the node is another coordinator's now, and reports there
+	}
 	// Stopped or gone, the agent no longer reports: its Kubernetes node
 	// conditions go Unknown (not when the coordinator is the one stopping).
 	s.conditions().notReporting(e, cause.Error())

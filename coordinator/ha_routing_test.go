@@ -453,3 +453,33 @@ func TestHARoutingOverMutualTLS(t *testing.T) {
 		t.Fatalf("routed over mTLS: %+v %v\n%s", rep, err, logA.text())
 	}
 }
+
+// An agent that failed over to c before b noticed its old stream end:
+// when b's stream ends at last, the node stays c's, connected, in the
+// state c gave it (b's detach changes nothing; docs/ha.md, routing).
+func TestHAOldStreamEndLeavesTheNewOwner(t *testing.T) {
+	url := pgtest.URL(t)
+	var logB, logC syncBuf
+	b := haCoord(t, url, 10*time.Minute, &logB, nil)
+	c := haCoord(t, url, 10*time.Minute, &logC, nil)
+	onB := mustConnect(t, b, "gpu-001")
+	onC := mustConnect(t, c, "gpu-001")
+	n := nodeOf(t, c, "gpu-001")
+	if n.Owner != c.holder || n.OwnerAddr != c.GRPCAddr().String() || !n.Connected {
+		t.Fatalf("after the failover: %+v", n)
+	}
+	onB.close()
+	testwait.For(t, 10*time.Second, "b to see its stream end", func() (bool, string) {
+		return strings.Contains(logB.text(), "moved to another coordinator"), logB.text()
+	})
+	n = nodeOf(t, c, "gpu-001")
+	if n.Owner != c.holder || !n.Connected || n.State == StateUnreachable {
+		t.Fatalf("after b's old stream ended: %+v", n)
+	}
+	// c's own detach is recorded.
+	onC.close()
+	testwait.Until(t, 10*time.Second, "gpu-001 unreachable after c's stream ends", stateIs(t, c, "gpu-001", StateUnreachable))
+	if n := nodeOf(t, c, "gpu-001"); n.Owner != "" || n.Connected {
+		t.Fatalf("after c's stream ended: %+v", n)
+	}
+}

@@ -589,10 +589,12 @@ func (s *Server) retention(ctx context.Context) {
 }
 
 // setState records a node's state when it or its reason changed; e.mu is
-// held by the caller. cause, when set, words the event.
-func (s *Server) setState(ctx context.Context, e *nodeEntry, state, reason, cause string, connected *bool, now time.Time) {
+// held by the caller. cause, when set, words the event. It returns false
+// only when a lost stream was not recorded because the node's stream is
+// another coordinator's now.
+func (s *Server) setState(ctx context.Context, e *nodeEntry, state, reason, cause string, connected *bool, now time.Time) bool {
 	if state == e.state && reason == e.reason && connected == nil {
-		return
+		return true
 	}
 	prev := e.state
 	owner := ""
@@ -604,16 +606,17 @@ func (s *Server) setState(ctx context.Context, e *nodeEntry, state, reason, caus
 	})
 	if errors.Is(err, store.ErrNotOwner) {
 		s.log.Info().Str("node", e.name).Err(err).Msg("stream ended here after the node moved to another coordinator")
-		return
+		return false
 	}
 	if err != nil {
 		s.log.Error().Err(err).Str("node", e.name).Str("state", state).Msg("record node state")
-		return
+		return true
 	}
 	e.state, e.reason = state, reason
 	if changed {
 		s.log.Info().Str("node", e.name).Str("from", prev).Str("to", state).Str("reason", reason).Msg("node state changed")
 	}
+	return true
 }
 
 // Stats is a snapshot of the coordinator's counters, for /metrics.
