@@ -24,6 +24,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/coordinator/leader"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/compat"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -146,6 +147,14 @@ func startCampaigns(ctx context.Context, s *Server, st *store.Store) (_ *campaig
 	bc := s.cfg.Breaker
 	if c.breaker, err = kit.NewBreaker(kit.BreakerConfig{Window: bc.Window, MaxShare: bc.MaxShare, MaxCount: bc.MaxCount}, clock); err != nil {
 		return nil, fmt.Errorf("breaker: %w", err)
+	}
+	if sdb.Dialect() == sqldb.Postgres {
+		// Every coordinator on the database counts its drains (campaigns,
+		// drain policy, remediation) against one window, in a ledger
+		// table; unfenced, since followers drain too (docs/ha.md).
+		if err := c.breaker.Share(ctx, sqldb.Wrap(c.db, sqldb.Postgres, nil)); err != nil {
+			return nil, err
+		}
 	}
 	// One Deps for every engine: they share the database, clock, breaker
 	// and which nodes campaigns hold. These engines migrate the tables and

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 // ErrBreakerOpen is returned by Breaker.Allow when one more drain would
@@ -54,6 +55,10 @@ type BreakerState struct {
 // smaller of MaxCount and MaxShare of the fleet (at least one node, so a
 // small fleet is never locked out by rounding).
 //
+// Several coordinators: Share puts the window in a ledger table of
+// their PostgreSQL store, so that they count against one limit, not one
+// each (breaker_shared.go).
+//
 // Durability: the breaker keeps its records in memory. Each campaign
 // persists the drains it made (a rollout keeps them in its node rows) and
 // hands them back with Restore when the coordinator starts, so the window
@@ -64,7 +69,12 @@ type Breaker struct {
 	clock Clock
 
 	mu   sync.Mutex
-	recs map[string]DrainRecord // by node: the latest drain
+	recs map[string]DrainRecord // by node: the latest drain (with Share: a mirror of the ledger's)
+
+	// shared, when set (Share), is the PostgreSQL database whose ledger
+	// holds the window for every coordinator on it (breaker_shared.go).
+	shared *sqldb.DB
+	pushed map[string]time.Time // restored records already written to the ledger
 }
 
 // NewBreaker returns a breaker; clock may be nil for the wall clock.
@@ -120,6 +130,9 @@ func (b *Breaker) Allow(campaign, node string, fleetSize int) error {
 	if b == nil {
 		return nil
 	}
+	if b.shared != nil {
+		return b.allowShared(campaign, node, fleetSize)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.clock.Now()
@@ -139,6 +152,9 @@ func (b *Breaker) Release(campaign, node string) {
 	if b == nil {
 		return
 	}
+	if b.shared != nil {
+		b.releaseShared(campaign, node)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r, ok := b.recs[node]; ok && r.Campaign == campaign {
@@ -152,6 +168,9 @@ func (b *Breaker) Release(campaign, node string) {
 func (b *Breaker) Restore(recs []DrainRecord) {
 	if b == nil {
 		return
+	}
+	if b.shared != nil {
+		b.restoreShared(recs)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -167,6 +186,11 @@ func (b *Breaker) Restore(recs []DrainRecord) {
 func (b *Breaker) Records() []DrainRecord {
 	if b == nil {
 		return nil
+	}
+	if b.shared != nil {
+		if recs, err := b.sharedRecords(); err == nil {
+			return recs
+		} // else the mirror: what this coordinator last knew
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -189,15 +213,24 @@ func (b *Breaker) State(fleetSize int) BreakerState {
 	if b == nil {
 		return BreakerState{Limit: -1, FleetSize: fleetSize}
 	}
+	drained := -1
+	if b.shared != nil {
+		if recs, err := b.sharedRecords(); err == nil {
+			drained = len(recs)
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.prune(b.clock.Now())
+	if drained < 0 {
+		drained = len(b.recs)
+	}
 	lim := b.limit(fleetSize)
 	return BreakerState{
 		Window:    config.Duration(b.cfg.Window),
-		Drained:   len(b.recs),
+		Drained:   drained,
 		Limit:     lim,
 		FleetSize: fleetSize,
-		Open:      lim >= 0 && len(b.recs) >= lim,
+		Open:      lim >= 0 && drained >= lim,
 	}
 }
