@@ -43,7 +43,7 @@ func (f *opFlags) diagnose(ctx context.Context) string {
 		return ""
 	}
 	name := f.serverName
-	if name == "" {
+	if name == "" || f.atLeader {
 		if host, _, err := net.SplitHostPort(f.addr); err == nil {
 			name = host
 		}

@@ -167,7 +167,7 @@ func (c *coordConn) follow(addr string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.cc, c.f.addr = cc, addr
+	c.cc, c.f.addr, c.f.atLeader = cc, addr, true
 	return cc, nil
 }
 

@@ -48,6 +48,7 @@ type opFlags struct {
 	// others of the list that could not be connected to.
 	addr        string
 	unreachable []string
+	atLeader    bool // addr is a leader a follower named (its name is addr's host)
 	output      string
 	// The operator's identity: an admin certificate (fleetcheck certs
 	// issue admin NAME), or an explicit --insecure for a plaintext
