@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -208,5 +209,137 @@ func TestCoordinatorMigrateToPostgres(t *testing.T) {
 		if out, code := execute(t, append([]string{"coordinator", "migrate"}, bad...)...); code == 0 {
 			t.Errorf("migrate %v accepted:\n%s", bad, out)
 		}
+	}
+}
+
+// TestCoordinatorMigrateBackToSQLite: the way back. A fleet moved to
+// PostgreSQL stores more there; `coordinator migrate --from postgres://
+// --to DIR --replace` brings every table back into the SQLite file it came
+// from, checked by counts and checksums, and the rows stored on
+// PostgreSQL in between come along. A new SQLite file that lacks a table
+// (a campaign engine's) is refused, naming it, and so is a filled one
+// without --replace.
+func TestCoordinatorMigrateBackToSQLite(t *testing.T) {
+	if !pgtest.Available() {
+		pgtest.Shared(t) // skips loudly (fails under CI=true)
+	}
+	ctx := context.Background()
+	srv, err := pgtest.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	name, err := srv.CreateDB(ctx, "back")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgURL := srv.URLFor(name)
+	dir := t.TempDir()
+	fillStore(t, dir)
+	if out, code := execute(t, "coordinator", "migrate", "--from", dir, "--to", pgURL); code != 0 {
+		t.Fatalf("migrate to PostgreSQL: exit %d\n%s", code, out)
+	}
+
+	// The fleet runs on PostgreSQL for a while.
+	pg, err := store.Open(ctx, store.Options{URL: pgURL, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	for i := 0; i < 5; i++ {
+		r := store.Result{ID: fmt.Sprintf("on-pg-%d", i), Node: "gpu-001", Started: at, Finished: at.Add(time.Duration(i) * time.Minute),
+			Status: report.Pass, Full: true, Checks: []report.CheckResult{{Name: "gpu.ecc", Status: report.Pass, DurationMS: 2}}}
+		if _, err := pg.Ingest(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pg.AddEvent(ctx, store.Event{Kind: store.EventAudit, Message: "on PostgreSQL"}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := pg.Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantResults, _ := pg.Results(ctx, store.ResultQuery{Node: "gpu-001", Limit: 100})
+	wantEvents, _ := pg.Events(ctx, store.EventQuery{Limit: 100})
+	wantNodes, _ := pg.Nodes(ctx)
+	if err := pg.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	fresh := t.TempDir()
+	out, code := execute(t, "coordinator", "migrate", "--from", pgURL, "--to", fresh)
+	if code == 0 || !strings.Contains(out, "demo_campaign_steps") || !strings.Contains(out, "start a coordinator") {
+		t.Errorf("migrate into a SQLite file without the campaign table: exit %d\n%s", code, out)
+	}
+	out, code = execute(t, "coordinator", "migrate", "--from", pgURL, "--to", dir)
+	if code == 0 || !strings.Contains(out, "not empty") {
+		t.Errorf("migrate back without --replace: exit %d\n%s", code, out)
+	}
+	out, code = execute(t, "coordinator", "migrate", "--from", pgURL, "--to", "sqlite:"+filepath.Join(dir, store.FileName), "--replace")
+	if code != 0 {
+		t.Fatalf("migrate back: exit %d\n%s", code, out)
+	}
+	for _, s := range []string{"check_results", "demo_campaign_steps", "same rows on both sides", "migrated "} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+
+	back, err := store.Open(ctx, store.Options{Dir: dir, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	got, err := back.Count(ctx)
+	if err != nil || got != want {
+		t.Fatalf("SQLite holds %+v (%v), PostgreSQL held %+v", got, err, want)
+	}
+	gotResults, _ := back.Results(ctx, store.ResultQuery{Node: "gpu-001", Limit: 100})
+	gotEvents, _ := back.Events(ctx, store.EventQuery{Limit: 100})
+	gotNodes, _ := back.Nodes(ctx)
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{{"results", gotResults, wantResults}, {"events", gotEvents, wantEvents}, {"nodes", gotNodes, wantNodes}} {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s differ:\npostgres %+v\nsqlite   %+v", c.what, c.want, c.got)
+		}
+	}
+	if len(gotResults) != 2*30+5 {
+		t.Errorf("gpu-001 has %d check results back, want 65", len(gotResults))
+	}
+	if r, err := back.Result(ctx, "on-pg-4"); err != nil || r.Node != "gpu-001" {
+		t.Errorf("a result stored on PostgreSQL: %+v %v", r, err)
+	}
+	// And goes on: a result sent again is a duplicate, new events number on.
+	if a, err := back.Ingest(ctx, store.Result{ID: "on-pg-4", Node: "gpu-001", Status: report.Pass}); err != nil || !a.Duplicate {
+		t.Errorf("a result stored on PostgreSQL, sent again: %+v %v", a, err)
+	}
+	if err := back.AddEvent(ctx, store.Event{Kind: store.EventAudit, Message: "back on SQLite"}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := back.Events(ctx, store.EventQuery{Limit: 1}); len(ev) != 1 || ev[0].ID != wantEvents[len(wantEvents)-1].ID+1 {
+		t.Errorf("event after the way back: %+v, want id %d", ev, wantEvents[len(wantEvents)-1].ID+1)
+	}
+	sdb, err := back.OpenSQLDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdb.Close()
+	var raw []byte
+	if err := sdb.QueryRowContext(ctx, `SELECT state FROM demo_campaign_steps WHERE node = ?`, "gpu-000").Scan(&raw); err != nil || string(raw) != "\x00\xff" {
+		t.Errorf("campaign table row: %v %v", raw, err)
+	}
+	// Stored order is rowid order again (retention walks it), not the
+	// ids' order (r10 before r2): the first stored first, the rows stored
+	// on PostgreSQL last.
+	var first, last string
+	if err := sdb.QueryRowContext(ctx, `SELECT group_concat(id, ' ') FROM (SELECT id FROM results ORDER BY rowid LIMIT 3)`).Scan(&first); err != nil ||
+		first != "gpu-000-r0 gpu-000-r1 gpu-000-r2" {
+		t.Errorf("first results in rowid order: %q %v", first, err)
+	}
+	if err := sdb.QueryRowContext(ctx, `SELECT id FROM results ORDER BY rowid DESC LIMIT 1`).Scan(&last); err != nil || last != "on-pg-4" {
+		t.Errorf("last result in rowid order: %q %v, want on-pg-4", last, err)
 	}
 }
