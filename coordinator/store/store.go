@@ -8,9 +8,10 @@
 // On SQLite the database lives in one file in a data directory, in WAL mode with
 // synchronous=NORMAL: a committed transaction survives a crash of the
 // process (the WAL is on disk), while only an OS crash or power loss can
-// take the last few commits back. Results go through one writer goroutine
-// that groups many of them into one transaction; Ingest returns only after
-// the transaction holding its result committed.
+// take the last few commits back. Results go through a writer goroutine
+// (one on SQLite, Options.Writers on PostgreSQL, a node's results always on
+// the same one) that groups many of them into one transaction; Ingest
+// returns only after the transaction holding its result committed.
 package store
 
 import (
