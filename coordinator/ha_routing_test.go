@@ -353,6 +353,54 @@ func TestHARoutedCallFollowsTheNode(t *testing.T) {
 		onB.close()
 	})
 
+	t.Run("check with a frozen owner", func(t *testing.T) {
+		// An owner that takes the call and never answers (SIGSTOPped).
+		frozen := &frozenRouting{calls: make(chan struct{}, 8)}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := grpc.NewServer()
+		pb.RegisterRoutingServiceServer(gs, frozen)
+		go gs.Serve(lis) //nolint:errcheck // ends with Stop below
+		defer gs.Stop()
+		onB := mustConnect(t, b, "gpu-004")
+		onB.close()
+		testwait.Until(t, 10*time.Second, "b to see gpu-004 go", func() bool {
+			o, _, err := a.Store().NodeOwner(ctx, "gpu-004")
+			return err == nil && o == ""
+		})
+		if _, err := a.camp.deps.DB.SQL().ExecContext(ctx, `UPDATE nodes SET connected = 1, owner = 'frozen-holder', owner_addr = $1 WHERE name = 'gpu-004'`, lis.Addr().String()); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan out, 1)
+		go func() {
+			rep, err := f.RunChecks(ctx, "gpu-004", []string{"gpu.ecc"}, opts)
+			done <- out{rep, err}
+		}()
+		select {
+		case <-frozen.calls:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the frozen owner got no call")
+		}
+		// The agent leaves the frozen owner for c.
+		onC := mustConnect(t, c, "gpu-004")
+		rc := onC.next(10 * time.Second).GetRunChecks()
+		if rc == nil {
+			t.Fatal("c's stream got no RunChecks")
+		}
+		r := result("gpu-004", false)
+		r.WorkId = rc.GetWorkId()
+		onC.sendResult(r)
+		o := <-done
+		if o.err != nil {
+			t.Fatalf("call: %v", o.err)
+		}
+		if !strings.Contains(logA.text(), "the node moved during the call") {
+			t.Error("a did not say it followed the node")
+		}
+	})
+
 	t.Run("action with a dead owner", func(t *testing.T) {
 		actions := func(h *pb.Hello, _ *fakeAgent) { h.EnabledActions = []string{"driver-upgrade"} }
 		onB := mustConnect(t, b, "gpu-003", actions)
@@ -482,4 +530,17 @@ func TestHAOldStreamEndLeavesTheNewOwner(t *testing.T) {
 	if n := nodeOf(t, c, "gpu-001"); n.Owner != "" || n.Connected {
 		t.Fatalf("after c's stream ended: %+v", n)
 	}
+}
+
+// frozenRouting takes routed calls and never answers them until the
+// caller gives up: a coordinator stopped with SIGSTOP.
+type frozenRouting struct {
+	pb.UnimplementedRoutingServiceServer
+	calls chan struct{}
+}
+
+func (f *frozenRouting) RouteWork(ctx context.Context, _ *pb.RoutedWork) (*pb.RoutedOutcome, error) {
+	f.calls <- struct{}{}
+	<-ctx.Done()
+	return nil, ctx.Err()
 }

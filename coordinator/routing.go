@@ -300,11 +300,15 @@ func (f *fleet) routeWork(ctx context.Context, addr, node string, rc *pb.RunChec
 	if left < minRouteTimeout {
 		left = minRouteTimeout
 	}
-	res, err := cl.RouteWork(ctx, &pb.RoutedWork{FencingToken: f.s.token(), Node: node, Run: rc, UntilAccepted: untilAccepted,
-		TimeoutMs: left.Milliseconds(), Actor: ActorFrom(ctx)})
+	var res *pb.RoutedOutcome
+	moved, err := f.whileOwner(ctx, node, addr, nw.poll, func(ctx context.Context) (err error) {
+		res, err = cl.RouteWork(ctx, &pb.RoutedWork{FencingToken: f.s.token(), Node: node, Run: rc, UntilAccepted: untilAccepted,
+			TimeoutMs: left.Milliseconds(), Actor: ActorFrom(ctx)})
+		return err
+	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, false, nil // the wait that follows says why
+		if ctx.Err() != nil || moved {
+			return nil, nil, false, nil // the wait that follows says why, or the node is elsewhere now
 		}
 		f.s.log.Warn().Err(err).Str("node", node).Str("owner", addr).Str("work_id", rc.GetWorkId()).Msg("routing: the node's coordinator did not answer; looking for the node again")
 		return nil, nil, false, nil
@@ -331,6 +335,47 @@ func (f *fleet) routeWork(ctx context.Context, addr, node string, rc *pb.RunChec
 		return nil, nil, false, nil
 	}
 	return nil, nil, true, routeErr(node, addr, res.GetError(), res.GetMessage())
+}
+
+// whileOwner runs call (a routed RPC to the owner at addr) with a
+// context that also ends when the store names another owner for node, or
+// the node attaches here: the agent left an owner that froze or that
+// cannot be reached, whose answer may never come. moved says that is why
+// the call ended.
+func (f *fleet) whileOwner(ctx context.Context, node, addr string, poll time.Duration, call func(context.Context) error) (moved bool, err error) {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	done := make(chan struct{})
+	var watcher sync.WaitGroup
+	watcher.Go(func() {
+		t := time.NewTicker(min(max(3*poll, 100*time.Millisecond), 2*time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-cctx.Done():
+				return
+			case <-t.C:
+			}
+			now, ok := f.remoteOwner(cctx, node)
+			if f.hasSession(node) || ok && now != addr {
+				mu.Lock()
+				moved = true
+				mu.Unlock()
+				f.s.log.Info().Str("node", node).Str("from", addr).Str("to", now).Msg("routing: the node moved during the call; following it")
+				cancel()
+				return
+			}
+		}
+	})
+	err = call(cctx)
+	close(done)
+	watcher.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	return moved, err
 }
 
 // routeErr is a final routing error as the Fleet's errors say it.
@@ -437,9 +482,13 @@ func (f *fleet) routeAction(ctx context.Context, addr, node string, req *pb.RunA
 		left = time.Until(dl) - routeMargin
 	}
 	left = max(left, minRouteTimeout)
-	out, err := cl.RouteAction(ctx, &pb.RoutedAction{FencingToken: f.s.token(), Node: node, Action: req, TimeoutMs: left.Milliseconds(), Actor: ActorFrom(ctx)})
+	var out *pb.RoutedActionResult
+	moved, err := f.whileOwner(ctx, node, addr, nw.poll, func(ctx context.Context) (err error) {
+		out, err = cl.RouteAction(ctx, &pb.RoutedAction{FencingToken: f.s.token(), Node: node, Action: req, TimeoutMs: left.Milliseconds(), Actor: ActorFrom(ctx)})
+		return err
+	})
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !moved {
 			f.s.log.Warn().Err(err).Str("node", node).Str("owner", addr).Str("action_id", req.ActionId).Msg("routing: the node's coordinator did not answer; looking for the node again")
 		}
 		return kit.ActionResult{}, false, nil
