@@ -28,7 +28,7 @@ import (
 
 // haCoord starts one of several coordinators on the PostgreSQL at url,
 // its campaigns on its own agent streams (no simulated fleet).
-func haCoord(t *testing.T, url string, ttl time.Duration, log *syncBuf, mod func(*Config, *Options)) *Server {
+func haCoord(t testing.TB, url string, ttl time.Duration, log *syncBuf, mod func(*Config, *Options)) *Server {
 	t.Helper()
 	cfg := Config{Listen: "127.0.0.1:0", HTTPListen: "off", DataDir: t.TempDir(), StoreURL: url,
 		HeartbeatInterval: time.Second, Insecure: true, HA: HAConfig{Enabled: true, LeaseTTL: ttl}}
@@ -543,4 +543,37 @@ func (f *frozenRouting) RouteWork(ctx context.Context, _ *pb.RoutedWork) (*pb.Ro
 	f.calls <- struct{}{}
 	<-ctx.Done()
 	return nil, ctx.Err()
+}
+
+// BenchmarkHARoutedRunChecks is one check's round trip from the leader's
+// fleet to an agent on another coordinator (routed) and on the leader
+// itself (local), both over one PostgreSQL: what routing adds to a call.
+func BenchmarkHARoutedRunChecks(b *testing.B) {
+	url := pgtest.URL(b)
+	var logA, logB syncBuf
+	a := haCoord(b, url, 10*time.Minute, &logA, nil)
+	testwait.For(b, 10*time.Second, "a to lead", func() (bool, string) { return leading(a), logA.text() })
+	f := haCoord(b, url, 10*time.Minute, &logB, nil)
+	answer := onRun(func(ag *fakeAgent, rc *pb.RunChecks) {
+		ag.workStatus(rc.GetWorkId(), pb.WorkStatus_STATE_ACCEPTED, "", "")
+		r := result(ag.node, false)
+		r.WorkId = rc.GetWorkId()
+		ag.sendResult(r)
+	})
+	mustConnect(b, f, "gpu-routed", answer)
+	mustConnect(b, a, "gpu-local", answer)
+	ctx := context.Background()
+	testwait.Until(b, 10*time.Second, "both nodes seen by the leader", func() bool {
+		n, err := a.Fleet().Nodes(ctx, "name in (gpu-routed,gpu-local)")
+		return err == nil && len(n) == 2 && n[0].Connected && n[1].Connected
+	})
+	for _, node := range []string{"gpu-local", "gpu-routed"} {
+		b.Run(strings.TrimPrefix(node, "gpu-"), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := a.Fleet().RunChecks(ctx, node, []string{"gpu.ecc"}, kit.RunOptions{Timeout: 20 * time.Second}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
