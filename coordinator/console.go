@@ -17,6 +17,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/console"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/escalate"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -250,6 +251,14 @@ func (k consoleRemediations) Get(ctx context.Context, id string) (remediation.Re
 		return x, fmt.Errorf("%w: %w", store.ErrNotFound, err)
 	}
 	return x, err
+}
+
+func (k consoleRemediations) JobEvents(ctx context.Context, limit int) ([]remediation.JobEvent, error) {
+	return k.svc.c.remed().JobEvents(ctx, limit)
+}
+
+func (k consoleRemediations) Flagged(node string) []escalate.FlaggedPort {
+	return k.svc.c.remed().Flagged(node)
 }
 
 func (k consoleRemediations) Approve(ctx context.Context, id string) error {

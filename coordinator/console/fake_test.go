@@ -15,6 +15,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/authz"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/escalate"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
@@ -165,7 +166,7 @@ func (f *fakeSource) withRemediations() *fakeSource {
 			Mode: remediation.ModeShadow, Reason: "shadow mode: recorded, not run", Would: []string{"drain gpu-00002", "wait for hands: reseat mlx5_0/1"},
 			Trigger: remediation.Trigger{Node: "gpu-00002", Component: "mlx5_0/1", Step: "reseat", Code: "IB_PORT_DOWN", Source: "finding", At: t0}, CreatedAt: t0, UpdatedAt: t0},
 		{ID: "rem-3", Node: "gpu-00001", Component: "GPU3", Step: "reset_gpu", Ladder: []string{"reset_gpu", "reboot", "replace"}, State: remediation.StateShadow,
-			Mode: remediation.ModeShadow, Reason: "shadow mode: recorded, not run", Would: []string{"drain gpu-00001", "run action gpu-reset (gpu=3)", "verify: passive checks and all_reduce"},
+			Mode: remediation.ModeShadow, Reason: "shadow mode: recorded, not run", Would: []string{"drain gpu-00001", "run action gpu-reset (gpu=3)", "verify: passive checks and all_reduce", "return to service"},
 			Trigger:   remediation.Trigger{Node: "gpu-00001", Component: "GPU3", Step: "reset_gpu", Code: "XID_79", Source: "finding", Reason: "gpu.xid: GPU3 XID_79", At: t0},
 			CreatedAt: t0, UpdatedAt: t0, Events: []remediation.Event{{At: t0, Node: "gpu-00001", What: "opened in shadow mode"}}},
 		{ID: "rem-2", Node: "gpu-00001", Component: "GPU1", Step: "replace", Ladder: []string{"reset_gpu", "reboot", "replace"}, Rung: 2, State: remediation.StateRMA,
@@ -183,6 +184,21 @@ func (f *fakeSource) withRemediations() *fakeSource {
 type fakeRemediations struct{ f *fakeSource }
 
 func (fakeRemediations) Mode() remediation.Mode { return remediation.ModeShadow }
+
+func (fakeRemediations) JobEvents(_ context.Context, limit int) ([]remediation.JobEvent, error) {
+	t0 := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	evs := []remediation.JobEvent{{At: t0, Job: "4711", Xid: 13, Nodes: []string{"gpu-00003", "gpu-00004", "gpu-00005"},
+		Reason: "Xid 13 on 3 nodes within 1m: one job's crash"}}
+	return evs[:min(limit, len(evs))], nil
+}
+
+func (fakeRemediations) Flagged(node string) []escalate.FlaggedPort {
+	t0 := time.Date(2026, 1, 2, 3, 10, 0, 0, time.UTC)
+	if node != "" && node != "gpu-00002" {
+		return nil
+	}
+	return []escalate.FlaggedPort{{Node: "gpu-00002", Component: "mlx5_0/1", Since: t0, LastFlap: t0.Add(time.Minute), Until: t0.Add(2 * time.Hour)}}
+}
 
 func (k fakeRemediations) List(_ context.Context, node string, state remediation.State) ([]remediation.Remediation, error) {
 	k.f.mu.Lock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/escalate"
 )
 
 // remedStates are the remediation states as the list filters them: those
@@ -23,6 +24,7 @@ var remedStates = []remediation.State{
 const (
 	maxNodeName     = 253 // a DNS name: the longest node name a filter can hold
 	nodeRemediation = 5   // remediations the node page lists (newest first)
+	listJobEvents   = 20  // job events the list reads, as the CLI's list
 )
 
 // errNoRemediation answers remediation pages of a coordinator without the ladder.
@@ -50,7 +52,11 @@ type remedListView struct {
 	From, To    int
 
 	PrevURL, NextURL string
-	Now              time.Time
+	// JobEvents are the newest job events (of the node, when filtered);
+	// Flagged the ports the link rule holds flagged.
+	JobEvents []remediation.JobEvent
+	Flagged   []escalate.FlaggedPort
+	Now       time.Time
 }
 
 // remediations lists the remediations, newest first, a page at a time:
@@ -100,6 +106,16 @@ func (s *Server) remediations(w http.ResponseWriter, r *http.Request, id who) er
 	hi := min(lo+size, len(rows))
 	v.Rows = rows[lo:hi]
 	v.From, v.To = lo+1, hi
+	jobs, err := rs.JobEvents(r.Context(), listJobEvents)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if v.Node == "" || contains(j.Nodes, v.Node) {
+			v.JobEvents = append(v.JobEvents, j)
+		}
+	}
+	v.Flagged = rs.Flagged(v.Node)
 	if v.Page > 1 {
 		v.PrevURL = query("/remediations", "node", v.Node, "state", v.State, "page", v.Page-1)
 	}

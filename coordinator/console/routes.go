@@ -140,6 +140,7 @@ type pages struct {
 var funcs = template.FuncMap{
 	"ago":    ago,
 	"add":    func(a, b int) int { return a + b },
+	"first":  func(n int, xs []string) []string { return xs[:min(n, len(xs))] },
 	"stamp":  stamp,
 	"q":      query,
 	"pct":    func(a, b int) int { return int(float64(a) * 100 / float64(max(b, 1))) },

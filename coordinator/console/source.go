@@ -11,6 +11,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/rollout"
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/escalate"
 )
 
 // Source is what the console reads: the coordinator's store (with the live
@@ -82,4 +83,9 @@ type Remediations interface {
 	Get(ctx context.Context, id string) (remediation.Remediation, error)
 	Approve(ctx context.Context, id string) error
 	Cancel(ctx context.Context, id, reason string) error
+	// JobEvents is the newest job events (application Xids on many nodes
+	// at once: one job's crash, nobody drained), newest first.
+	JobEvents(ctx context.Context, limit int) ([]remediation.JobEvent, error)
+	// Flagged is the ports the link rule holds flagged ("" all nodes).
+	Flagged(node string) []escalate.FlaggedPort
 }
