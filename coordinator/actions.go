@@ -37,12 +37,6 @@ func (t *actionTable) add(id, node string) *pendingAction {
 	return p
 }
 
-func (t *actionTable) remove(id string) {
-	t.mu.Lock()
-	delete(t.m, id)
-	t.mu.Unlock()
-}
-
 // drop removes p unless another call took its id over since.
 func (t *actionTable) drop(p *pendingAction) {
 	t.mu.Lock()

@@ -602,13 +602,13 @@ func (e *Engine) dispatch(ctx context.Context, wait bool) (int, error) {
 		}
 		// Read again under the claim: a step that ended since the list
 		// was read may have moved it (its action must not run twice).
-		if fresh, ok, ferr := e.stillDue(ctx, r.ID, now); ferr != nil || !ok {
+		fresh, ok, ferr := e.stillDue(ctx, r.ID, now)
+		if ferr != nil || !ok {
 			e.release(r.Node)
 			err = errors.Join(err, ferr)
 			continue
-		} else {
-			r = fresh
 		}
+		r = fresh
 		if wait {
 			select {
 			case e.slots <- struct{}{}:

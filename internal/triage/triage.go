@@ -442,7 +442,7 @@ func xidEntries(node string, results []Result, in Input) []Entry {
 		}
 		for _, f := range r.Check.Findings {
 			at := r.At
-			detail := f.Code + " " + f.Message
+			var detail string
 			if code, ok := xidCode(f); ok {
 				at = xidAt(f, r.At)
 				detail = fmt.Sprintf("Xid %d: %s; action %s", code, xidMeaning(code), orDash(string(f.Action)))
