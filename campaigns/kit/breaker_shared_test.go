@@ -161,3 +161,38 @@ func TestShareNeedsPostgres(t *testing.T) {
 		t.Fatalf("the in-memory breaker: %v", err)
 	}
 }
+
+// BenchmarkSharedBreakerAllow is one drain decision on the ledger (a
+// transaction under the advisory lock), against the in-memory breaker.
+func BenchmarkSharedBreakerAllow(b *testing.B) {
+	url := pgtest.URL(b)
+	db, err := sqldb.Open(context.Background(), url, sqldb.Options{MaxOpen: 4})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	for _, shared := range []bool{false, true} {
+		name := "memory"
+		if shared {
+			name = "postgres"
+		}
+		b.Run(name, func(b *testing.B) {
+			br, err := NewBreaker(BreakerConfig{Window: time.Hour}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if shared {
+				if err := br.Share(context.Background(), db); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i := 0
+			for b.Loop() {
+				if err := br.Allow("bench", fmt.Sprintf("gpu-%06d", i%1000), 1000); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
