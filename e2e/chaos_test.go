@@ -43,6 +43,10 @@ import (
 // ChaosSeedEnv reruns a schedule: the seed is printed at the start.
 const chaosSeedEnv = "FLEETCHECK_CHAOS_SEED"
 
+// chaosKeepEnv names a directory a failed run copies every process's
+// whole log into (the test's own directory is removed).
+const chaosKeepEnv = "FLEETCHECK_CHAOS_KEEP"
+
 // chaosOpts size one run.
 type chaosOpts struct {
 	nodes    int
@@ -209,6 +213,7 @@ func newHAFleet(t *testing.T, o chaosOpts, seed uint64) *haFleet {
 		}
 		t.Logf("chaos log:\n  %s", strings.Join(h.log, "\n  "))
 		if t.Failed() {
+			h.keepLogs()
 			for _, c := range h.coords {
 				t.Logf("%s log (last lines):\n%s", c.name, c.tail(40))
 			}
@@ -238,6 +243,38 @@ func newHAFleet(t *testing.T, o chaosOpts, seed uint64) *haFleet {
 	h.waitConnected(2*time.Minute, "every agent connected with a full result")
 	h.note("fleet up: %d agents over %s, leader %s", len(h.agents), strings.Join(addrs, ", "), h.leaderName())
 	return h
+}
+
+// keepLogs copies the coordinators', agents' and PostgreSQL's logs into
+// $FLEETCHECK_CHAOS_KEEP, when set.
+func (h *haFleet) keepLogs() {
+	dir := os.Getenv(chaosKeepEnv)
+	if dir == "" {
+		return
+	}
+	paths := []string{h.pg.LogPath()}
+	for _, c := range h.coords {
+		paths = append(paths, c.logPath)
+	}
+	for _, a := range h.agents {
+		paths = append(paths, a.logPath)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		h.t.Errorf("%s: %v", chaosKeepEnv, err)
+		return
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // a process that never started
+		}
+		name := filepath.Base(filepath.Dir(p)) + "-" + filepath.Base(p)
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			h.t.Errorf("%s: %v", chaosKeepEnv, err)
+			return
+		}
+	}
+	h.t.Logf("logs kept in %s", dir)
 }
 
 func lastLines(s string, n int) string {
