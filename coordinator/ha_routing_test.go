@@ -254,6 +254,16 @@ func TestHARoutedWorkFencedAfterTakeover(t *testing.T) {
 		}
 	default:
 	}
+	// Its call-off of a multi-node run still reaches the peer: ending a
+	// run only releases the peer's reservation.
+	res, err := rc.RouteEndMulti(ctx, &pb.RoutedEndMulti{FencingToken: tok, Node: "gpu-001",
+		End: &pb.EndMulti{MultiId: "w-old", Launcher: "gpu-002", AbortReason: "the leader's term ended"}})
+	if err != nil || res.GetError() != 0 {
+		t.Fatalf("old leader's call-off: %v %v", res, err)
+	}
+	if m := ag.next(10 * time.Second); m.GetEndMulti().GetMultiId() != "w-old" {
+		t.Fatalf("the peer got %v, want the call-off", m)
+	}
 	// The new leader's token is the lease's: b runs its own work locally,
 	// and its token is accepted by the owner's check.
 	if kind, msg, err := (&routingService{s: b}).admit(ctx, b.token(), false); err != nil || kind != 0 {
@@ -575,5 +585,46 @@ func BenchmarkHARoutedRunChecks(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A multi-node run whose call ends (the leader's term did) is called off
+// on its peers on other coordinators too, after the call's context is
+// gone: else they stay reserved and the next leader's runs are refused.
+func TestHARoutedMultiCalledOffWhenItsCallEnds(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := tctx(t)
+	var logA, logB syncBuf
+	a := haCoord(t, url, 10*time.Minute, &logA, nil)
+	testwait.For(t, 10*time.Second, "a to lead", func() (bool, string) { return leading(a), logA.text() })
+	b := haCoord(t, url, 10*time.Minute, &logB, nil)
+	multi := func(h *pb.Hello, _ *fakeAgent) { h.MultiNode = true }
+	peer := mustConnect(t, b, "gpu-002", multi, onRun(func(ag *fakeAgent, rc *pb.RunChecks) {
+		if rc.GetRole() == pb.MultiRole_MULTI_ROLE_PEER {
+			ag.workStatus(rc.GetWorkId(), pb.WorkStatus_STATE_ACCEPTED, "", "")
+		}
+	}))
+	launcher := mustConnect(t, a, "gpu-001", multi)
+	testwait.Until(t, 10*time.Second, "a to see gpu-002 on b", func() bool {
+		n, err := a.Fleet().Nodes(ctx, "name=gpu-002")
+		return err == nil && len(n) == 1 && n[0].Connected
+	})
+	call, end := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Fleet().RunMulti(call, []string{"gpu-001", "gpu-002"}, "nccl.allreduce", kit.RunOptions{Timeout: 30 * time.Second})
+		done <- err
+	}()
+	rc := launcher.next(10 * time.Second).GetRunChecks()
+	if rc.GetRole() != pb.MultiRole_MULTI_ROLE_LAUNCHER {
+		t.Fatalf("launcher got %v", rc)
+	}
+	end() // the term ends with the launch in flight
+	if err := <-done; err == nil {
+		t.Fatal("the call went on after its context ended")
+	}
+	off := peer.next(10 * time.Second).GetEndMulti()
+	if off.GetMultiId() != rc.GetMultiId() || off.GetAbortReason() == "" {
+		t.Fatalf("the peer on b got %v, want the run called off", off)
 	}
 }

@@ -738,8 +738,13 @@ func (r *routingService) RouteAction(ctx context.Context, req *pb.RoutedAction) 
 	return &pb.RoutedActionResult{Ok: res.OK, ResultMessage: res.Message, Output: res.Output}, nil
 }
 
+// RouteEndMulti is not fenced: ending a run only releases a peer's
+// reservation (or has it report its side), and a deposed leader calling
+// off the runs of its ended term must reach its peers, or they stay
+// reserved until their own timeout and the next leader's runs on them
+// are refused.
 func (r *routingService) RouteEndMulti(ctx context.Context, req *pb.RoutedEndMulti) (*pb.RouteAck, error) {
-	if kind, msg, err := r.admit(ctx, req.GetFencingToken(), true); err != nil || kind != 0 {
+	if kind, msg, err := r.admit(ctx, 0, true); err != nil || kind != 0 {
 		return &pb.RouteAck{Error: kind, Message: msg}, err
 	}
 	end := req.GetEnd()
@@ -768,6 +773,10 @@ func (f *fleet) endMultiOn(ctx context.Context, node string, end *pb.EndMulti) {
 		sess.trySend(&pb.CoordinatorMessage{Msg: &pb.CoordinatorMessage_EndMulti{EndMulti: end}})
 		return
 	}
+	// Also when the call's own context has ended (the usual reason to
+	// call a run off).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	addr, ok := f.remoteOwner(ctx, node)
 	if !ok {
 		return
@@ -776,8 +785,6 @@ func (f *fleet) endMultiOn(ctx context.Context, node string, end *pb.EndMulti) {
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	if res, err := cl.RouteEndMulti(ctx, &pb.RoutedEndMulti{FencingToken: f.s.token(), Node: node, End: end}); err != nil || res.GetError() != 0 {
 		f.s.log.Warn().Err(err).Str("node", node).Str("owner", addr).Str("refused", res.GetMessage()).Msg("routing: end of a multi-node run not delivered; the peer reports at its own timeout")
 	}
