@@ -1074,3 +1074,47 @@ who: oncall@example.com
 		t.Errorf("%d faults injected, want at least %d of the %d scheduled (seed %d)", len(h.faultWins), least, o.faults, seed)
 	}
 }
+
+// TestChaosSchedule: a schedule has every kind of fault, the leader
+// killed at least twice once there is room, the count asked for, holds
+// within their bounds, and the same seed gives the same schedule.
+func TestChaosSchedule(t *testing.T) {
+	ttl := 3 * time.Second
+	for _, n := range []int{5, 7, 24} {
+		for seed := uint64(1); seed <= 50; seed++ {
+			a := schedule(rand.New(rand.NewPCG(seed, 1)), n, ttl)
+			b := schedule(rand.New(rand.NewPCG(seed, 1)), n, ttl)
+			if !slices.Equal(a, b) {
+				t.Fatalf("seed %d: two schedules differ", seed)
+			}
+			if len(a) != n {
+				t.Fatalf("seed %d: %d faults, want %d", seed, len(a), n)
+			}
+			count := map[string]int{}
+			for _, f := range a {
+				count[f.kind]++
+				if f.gap < time.Second || f.gap > 5*time.Second {
+					t.Errorf("seed %d: %s gap %s outside 1..5s", seed, f.kind, f.gap)
+				}
+				switch f.kind {
+				case faultStopLeader, faultStopFollower:
+					if f.hold < ttl/2 || f.hold > ttl/2+2*ttl {
+						t.Errorf("seed %d: %s held %s", seed, f.kind, f.hold)
+					}
+				case faultKillLeader:
+					if f.hold != 0 {
+						t.Errorf("seed %d: a killed leader is restarted after the takeover, not after a hold (%s)", seed, f.hold)
+					}
+				}
+			}
+			for _, k := range faultKinds {
+				if count[k] == 0 {
+					t.Errorf("n=%d seed %d: no %s", n, seed, k)
+				}
+			}
+			if n > len(faultKinds) && count[faultKillLeader] < 2 {
+				t.Errorf("n=%d seed %d: the leader killed %d times, want 2 or more", n, seed, count[faultKillLeader])
+			}
+		}
+	}
+}
