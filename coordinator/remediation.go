@@ -194,7 +194,7 @@ func (f *remedFeed) observe(ctx context.Context, rows []store.SeqCheck) {
 	for _, id := range order {
 		x := by[id]
 		if err := f.eng.Observe(ctx, x.node, x.checks, x.finished, ""); err != nil && ctx.Err() == nil {
-			f.log.Warn().Err(err).Str("node", x.node).Str("result", id).Msg("remediation: result not taken")
+			f.log.Warn().Err(err).Str("node", x.node).Str("result_id", id).Msg("remediation: result not taken")
 		}
 	}
 }
