@@ -64,7 +64,7 @@ chaos: ## the HA chaos suite: 3 coordinator processes, one PostgreSQL, 16 agents
 	$(GO) vet -tags e2e,chaos ./e2e/
 	$(GO) test -tags e2e,chaos -count=1 -timeout 60m -v -run '^TestChaos' ./e2e/
 
-chaos-short: ## the shorter make chaos (meant for CI): the same fleet, rollout, sweep and burn-in under 7 faults, every kind at least once, the leader killed twice (about 4 minutes on 2 cores)
+chaos-short: ## the part of make chaos that CI runs: the same fleet, rollout, sweep and burn-in under 7 faults, every kind at least once, the leader killed twice (about 4 minutes on 2 cores)
 	$(GO) vet -tags e2e,chaos ./e2e/
 	$(GO) test -tags e2e,chaos -short -count=1 -timeout 15m -v -run '^TestChaos' ./e2e/
 
