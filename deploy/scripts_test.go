@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,16 +70,26 @@ func (r *fakeRoot) tool(name, stdout string, code int) {
 		body += "cat '" + out + "'\n"
 	}
 	body += "exit " + strconv.Itoa(code) + "\n"
-	if err := os.WriteFile(filepath.Join(r.dir, "bin", name), []byte(body), 0o755); err != nil {
+	if err := writeExecutable(filepath.Join(r.dir, "bin", name), body); err != nil {
 		r.t.Fatal(err)
 	}
+}
+
+// writeExecutable writes a fake tool under syscall.ForkLock: a parallel
+// test's fork in the window the file is open for writing would inherit
+// the descriptor, and executing the fake then fails with "Text file
+// busy" (ETXTBSY), as seen in CI.
+func writeExecutable(path, body string) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	return os.WriteFile(path, []byte(body), 0o755)
 }
 
 // script installs a fake with its own sh body after the logging lines.
 func (r *fakeRoot) script(name, body string) {
 	r.t.Helper()
 	head := "#!/bin/sh\nprintf '%s' \"" + name + "\" >>\"$FAKE_LOG\"\nfor a in \"$@\"; do printf ' %s' \"$a\" >>\"$FAKE_LOG\"; done\necho >>\"$FAKE_LOG\"\n"
-	if err := os.WriteFile(filepath.Join(r.dir, "bin", name), []byte(head+body), 0o755); err != nil {
+	if err := writeExecutable(filepath.Join(r.dir, "bin", name), head+body); err != nil {
 		r.t.Fatal(err)
 	}
 }
