@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,9 @@ func exitCode(err error) int {
 
 func execute(t *testing.T, args ...string) (string, int) {
 	t.Helper()
+	// run and analyze drop to one P (oneShotProcs); the other tests in
+	// this process keep theirs.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	root := newRoot()
 	var out bytes.Buffer
 	root.SetOut(&out)
@@ -158,4 +162,70 @@ func TestRunWithoutHardware(t *testing.T) {
 	if inv == nil || !strings.Contains(inv.Reason, "nvidia-smi not found") {
 		t.Errorf("gpu.inventory reason: %+v", inv)
 	}
+}
+
+// TestOneShotProcs: run and analyze drop to one P unless the operator
+// set GOMAXPROCS, and analyze's report is the same either way.
+func TestOneShotProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want int
+	}{
+		{"unset", nil, 1},
+		{"empty", map[string]string{"GOMAXPROCS": ""}, 1},
+		{"set by the operator", map[string]string{"GOMAXPROCS": "3"}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.GOMAXPROCS(3)
+			oneShotProcs(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if got := runtime.GOMAXPROCS(0); got != tc.want {
+				t.Fatalf("GOMAXPROCS = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Skip("GOMAXPROCS is set in this environment: analyze keeps it")
+	}
+	runtime.GOMAXPROCS(3)
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"analyze", "-o", "json", filepath.Join(examples, "bundles", "h100-healthy")})
+	if err := root.Execute(); err != nil && !errors.Is(err, errChecksFailed) {
+		t.Fatal(err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != 1 {
+		t.Fatalf("after analyze GOMAXPROCS = %d, want 1", got)
+	}
+	runtime.GOMAXPROCS(3)
+	t.Setenv("GOMAXPROCS", "3")
+	again, _ := execute(t, "analyze", "-o", "json", filepath.Join(examples, "bundles", "h100-healthy"))
+	if a, b := withoutDurations(t, again), withoutDurations(t, out.String()); a != b {
+		t.Fatalf("analyze with 3 Ps reported differently from 1 P:\n%s\n---\n%s", a, b)
+	}
+}
+
+// withoutDurations is analyze's JSON report less each check's
+// duration_ms, the one field that differs between two runs.
+func withoutDurations(t *testing.T, s string) string {
+	t.Helper()
+	var r map[string]any
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		t.Fatalf("%v in %q", err, s)
+	}
+	list, _ := r["checks"].([]any)
+	if len(list) == 0 {
+		t.Fatalf("no checks in %s", s)
+	}
+	for _, c := range list {
+		delete(c.(map[string]any), "duration_ms")
+	}
+	b, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
