@@ -62,10 +62,11 @@ func (f *nodeFlags) loadConfig() (*config.Config, error) {
 // few milliseconds of parsing plus waits on files and subprocesses
 // (nvidia-smi, mpirun), which do not hold a P, so more Ps buy nothing;
 // but every P the runtime uses keeps its own span cache and threads, so
-// peak RSS grows with the core count: analyze of an 8-GPU bundle peaks
-// at ~17.6 MB with 1 P, ~18.4 MB with 2 and ~22.6 MB with 128, a big GPU
-// node's count (docs/scale.md, "The node binary"). The agent is a
-// daemon and keeps the runtime's default.
+// peak RSS grows with the core count: analyze of an 8-GPU bundle,
+// started with GOMAXPROCS=1, 2 or 128, peaks at ~17.6, ~18.4 and
+// ~22.6 MB (docs/scale.md, "The node binary"). Set here, after the
+// runtime started, it saves most of that. The agent is a daemon and
+// keeps the runtime's default.
 func oneShotProcs(lookupEnv func(string) (string, bool)) {
 	if v, ok := lookupEnv("GOMAXPROCS"); ok && v != "" {
 		return
