@@ -11,6 +11,8 @@
 #               VmRSS sampled every SAMPLE_S seconds for AGENT_S seconds
 # The 10-minute version of the agent figure, 60 s passes as in production:
 #   AGENT_S=600 AGENT_INTERVAL=60s SAMPLE_S=30 ./scripts/bench-node-build.sh
+# A before/after row in the same run: BASELINE=path/to/an-older-fleetcheck-node
+# adds it to the analyze table as "baseline".
 # Public tools only: GNU time (/usr/bin/time), ls; hyperfine when installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,12 @@ trap cleanup EXIT
 # linker maps more of itself, which would hide the difference.
 cp bin/fleetcheck "$work/fleetcheck"
 cp bin/fleetcheck-node "$work/fleetcheck-node"
+builds="fleetcheck fleetcheck-node"
+if [ -n "${BASELINE:-}" ]; then
+	[ -x "$BASELINE" ] || { echo "BASELINE=$BASELINE is not an executable" >&2; exit 2; }
+	cp "$BASELINE" "$work/baseline"
+	builds="baseline $builds"
+fi
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), kernel $(uname -r)"
 echo "load:   $(uptime)"
@@ -68,7 +76,7 @@ init_ms() {
 
 echo "== analyze $BUNDLE (whole process)"
 printf '%-16s %14s %16s %18s  %s\n' build "CPU/run" "peak RSS" "--version RSS" "package init"
-for b in fleetcheck fleetcheck-node; do
+for b in $builds; do
 	bin=$work/$b
 	cpu=$(cpu_per_run "$bin")
 	rss=$(median_rss "$bin" analyze "$BUNDLE")

@@ -63,10 +63,10 @@ func (f *nodeFlags) loadConfig() (*config.Config, error) {
 // (nvidia-smi, mpirun), which do not hold a P, so more Ps buy nothing;
 // but every P the runtime uses keeps its own span cache and threads, so
 // peak RSS grows with the core count: analyze of an 8-GPU bundle,
-// started with GOMAXPROCS=1, 2 or 128, peaks at ~17.6, ~18.4 and
-// ~22.6 MB (docs/scale.md, "The node binary"). Set here, after the
-// runtime started, it saves most of that. The agent is a daemon and
-// keeps the runtime's default.
+// started with GOMAXPROCS=1, 2 or 128, peaks at ~17.3, ~18.0 and
+// ~22.2 MB (docs/scale.md, "The node binary"). Set here, after the
+// runtime started, it saves about half of that on 2 CPUs. The agent
+// is a daemon and keeps the runtime's default.
 func oneShotProcs(lookupEnv func(string) (string, bool)) {
 	if v, ok := lookupEnv("GOMAXPROCS"); ok && v != "" {
 		return
