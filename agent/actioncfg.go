@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -126,15 +127,24 @@ const (
 	maxActions               = 64
 )
 
+// The action-config patterns are compiled on first use: their counted
+// repetitions cost tens of KB each at every start of the node binary,
+// and only an agent with actions configured ever matches them.
 var (
-	actionNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$`)
-	paramNameRE  = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
-	placeholder  = regexp.MustCompile(`^\{([a-z][a-z0-9_]{0,31})\}$`)
+	actionNameRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$`)
+	})
+	paramNameRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+	})
+	placeholder = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^\{([a-z][a-z0-9_]{0,31})\}$`)
+	})
 )
 
 // paramPlaceholder returns the parameter an argument stands for.
 func paramPlaceholder(arg string) (string, bool) {
-	m := placeholder.FindStringSubmatch(arg)
+	m := placeholder().FindStringSubmatch(arg)
 	if m == nil {
 		return "", false
 	}
@@ -175,14 +185,14 @@ func (c *Config) validateActions() error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Actions)) {
 		a := c.Actions[name]
-		if !actionNameRE.MatchString(name) {
+		if !actionNameRE().MatchString(name) {
 			return bad("actions: name %q: lowercase letters, digits, '.', '_', '-' (at most 64)", name)
 		}
 		if len(a.Params) > maxParams {
 			return bad("actions.%s.params: at most %d", name, maxParams)
 		}
 		for p, pat := range a.Params {
-			if !paramNameRE.MatchString(p) {
+			if !paramNameRE().MatchString(p) {
 				return bad("actions.%s.params: name %q: lowercase letters, digits and '_' (at most 32)", name, p)
 			}
 			if pat.re == nil {
