@@ -255,6 +255,11 @@ func (c *campaigns) startTerm(ctx context.Context) (*term, error) {
 			interrupted = append(interrupted, r.ID)
 		}
 	}
+	// Before any run of this term: the multi-node runs of earlier
+	// leaders, whose peers may still be reserved (stalemulti.go).
+	if err := c.s.loadStaleMultis(ctx, c.s.now()); err != nil {
+		return nil, fmt.Errorf("multi-node runs of earlier terms: %w", err)
+	}
 	t := &term{ctx: ctx, e: e}
 	if sc := c.s.cfg.SweepSchedule; sc != nil {
 		spec := sc.Spec

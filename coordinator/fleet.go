@@ -213,6 +213,9 @@ func (f *fleet) RunMulti(ctx context.Context, nodes []string, check string, opts
 		}
 	}
 	launcher, peers := nodes[0], nodes[1:]
+	for _, n := range nodes {
+		f.callOffStale(ctx, n)
+	}
 	// Peers first: the launcher starts only once every peer is reserved.
 	var joined []string
 	callOff := func(why string) {

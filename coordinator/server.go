@@ -136,6 +136,10 @@ type Server struct {
 	routeAddr string
 	routes    *routes
 
+	// stale holds the multi-node runs of earlier leaders still to be
+	// called off, by node (stalemulti.go).
+	stale staleMultis
+
 	console *console.Server // the web console; nil when off
 
 	gossip atomic.Pointer[membership.Pool] // nil when gossip is off

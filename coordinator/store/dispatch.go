@@ -55,3 +55,34 @@ func (s *Store) Dispatched(ctx context.Context, workID, node string) (bool, erro
 	}
 	return true, nil
 }
+
+// maxStaleDispatchRows bounds what MultiDispatches reads.
+const maxStaleDispatchRows = 100_000
+
+// MultiDispatches returns, by node, the works sent to between 2 and
+// maxNodes nodes (multi-node runs have a few; a fleet-wide check has
+// many) and stored in [from, to). A new leader reads them to call off
+// the peer reservations a leader that died left behind.
+func (s *Store) MultiDispatches(ctx context.Context, from, to time.Time, maxNodes int) (map[string][]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT work_id, node FROM dispatches
+		WHERE stored >= ? AND stored < ? AND work_id IN (
+			SELECT work_id FROM dispatches WHERE stored >= ? AND stored < ?
+			GROUP BY work_id HAVING COUNT(*) BETWEEN 2 AND ?)
+		LIMIT ?`, ms(from), ms(to), ms(from), ms(to), maxNodes, maxStaleDispatchRows)
+	if err != nil {
+		return nil, fmt.Errorf("list multi-node dispatches: %w", err)
+	}
+	defer func() { _ = rows.Close() }() // read-only; the scan's errors count
+	out := map[string][]string{}
+	for rows.Next() {
+		var work, node string
+		if err := rows.Scan(&work, &node); err != nil {
+			return nil, fmt.Errorf("list multi-node dispatches: %w", err)
+		}
+		out[node] = append(out[node], work)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list multi-node dispatches: %w", err)
+	}
+	return out, nil
+}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -137,5 +138,36 @@ func testOnCommitObservesBatches(t *testing.T, be backend) {
 	defer mu.Unlock()
 	if results != 3 || batches < 1 || batches > 3 {
 		t.Fatalf("observed %d batches of %d results, want 3 results", batches, results)
+	}
+}
+
+func TestMultiDispatches(t *testing.T) { both(t, testMultiDispatches) }
+
+func testMultiDispatches(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
+	ctx := context.Background()
+	t0 := time.UnixMilli(1_800_000_000_000)
+	for _, d := range []struct {
+		work  string
+		nodes []string
+		at    time.Time
+	}{
+		{"pair", []string{"n1", "n2"}, t0.Add(time.Minute)},
+		{"single", []string{"n1"}, t0.Add(time.Minute)},
+		{"wide", []string{"n1", "n2", "n3", "n4"}, t0.Add(time.Minute)},
+		{"old-pair", []string{"n1", "n2"}, t0.Add(-time.Minute)},
+		{"new-pair", []string{"n2", "n3"}, t0.Add(time.Hour)},
+	} {
+		if err := s.RecordDispatch(ctx, d.work, d.nodes, d.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.MultiDispatches(ctx, t0, t0.Add(time.Hour), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"n1": {"pair"}, "n2": {"pair"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("multi dispatches %v, want %v (the single, the 4-node, the older and the newer works left out)", got, want)
 	}
 }
