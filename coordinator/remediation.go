@@ -16,6 +16,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/authz"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/escalate"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
@@ -39,6 +40,12 @@ const (
 	// remedCursor names the feed's place in the store.
 	remedCursor = "results"
 )
+
+// remedFeedRead is what the feed reads of each stored check result: the
+// findings, and only the metrics the escalation rules read (two counters
+// of a result's ~350 numbers; reading them all back cost the leader about
+// as much CPU as storing them).
+var remedFeedRead = store.ChecksRead{MetricsOf: escalate.MetricChecks, KeepMetric: escalate.MetricWanted}
 
 // remedGap is a run of stored-order numbers not seen yet.
 type remedGap struct {
@@ -128,7 +135,7 @@ func (f *remedFeed) poll(ctx context.Context) error {
 		if now.Sub(g.since) > remedFeedGrace {
 			continue
 		}
-		got, err := f.st.ChecksAfter(ctx, g.from-1, g.to, remedFeedBatch)
+		got, err := f.st.ChecksAfter(ctx, g.from-1, g.to, remedFeedBatch, remedFeedRead)
 		if err != nil {
 			return err
 		}
@@ -146,7 +153,7 @@ func (f *remedFeed) poll(ctx context.Context) error {
 	}
 	f.gaps = keep
 	for {
-		got, err := f.st.ChecksAfter(ctx, f.last, 0, remedFeedBatch)
+		got, err := f.st.ChecksAfter(ctx, f.last, 0, remedFeedBatch, remedFeedRead)
 		if err != nil {
 			return err
 		}

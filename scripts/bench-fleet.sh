@@ -9,7 +9,8 @@
 # wants the machine to itself.
 #
 # Knobs: AGENTS, BIG_AGENTS (0 skips the big run), SUSTAIN (10s), CHECK_RUNS (3),
-# BUNDLE, KEEP=1 keeps the work directory (logs, databases), STORE: sqlite
+# BUNDLE, KEEP=1 keeps the work directory (logs, databases), PG_OPTS (more
+# server options, e.g. "-c shared_preload_libraries=pg_stat_statements"), STORE: sqlite
 # (default), postgres, or both (the AGENTS run once on each, side by side;
 # PostgreSQL is a local server this script starts from Debian's
 # postgresql package, fsync off like SQLite's synchronous=NORMAL keeps no
@@ -82,7 +83,7 @@ start_postgres() {
 	[[ $(id -u) == 0 ]] && chown postgres "$work/pg"
 	as_pg "$pg_bin/initdb" -D "$work/pg/data" -U postgres -A trust --no-sync --encoding=UTF8 --locale=C >"$work/pg/initdb.log"
 	as_pg "$pg_bin/pg_ctl" -D "$work/pg/data" -l "$work/pg/server.log" -w -o \
-		"-p $pg_port -k $work/pg -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300 -c shared_buffers=256MB" \
+		"-p $pg_port -k $work/pg -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300 -c shared_buffers=256MB ${PG_OPTS:-}" \
 		start >/dev/null
 }
 

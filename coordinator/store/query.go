@@ -184,24 +184,49 @@ type SeqCheck struct {
 // maxChecksAfter bounds one ChecksAfter read.
 const maxChecksAfter = 10000
 
+// ChecksRead says what a ChecksAfter reader needs of each row beyond its
+// status and findings. Metrics are most of a row (the JSON of ~350
+// numbers a result) and most of the cost of reading it back; a reader of
+// every result, like the remediation feed, needs a few of them.
+type ChecksRead struct {
+	// MetricsOf lists the checks whose metrics are read; the other rows
+	// come without metrics. Nil: every check's.
+	MetricsOf []string
+	// KeepMetric, when set, keeps only the metrics it accepts.
+	KeepMetric func(check, name string) bool
+}
+
 // ChecksAfter returns the check results numbered above after and at
 // most upTo (0: no bound) in stored order (check_results' id), at most
-// limit (1..10,000) rows, with their results' work ids. Every
-// coordinator over one database stores into the same table, so a reader
-// here sees what any of them took in. A transaction still open may hold
-// numbers below rows already visible: a reader that must see every row
-// reads such gaps again for a while (the remediation feed does).
-func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int) ([]SeqCheck, error) {
+// limit (1..10,000) rows, with their results' work ids, and of their
+// metrics what read asks for. Every coordinator over one database stores
+// into the same table, so a reader here sees what any of them took in. A
+// transaction still open may hold numbers below rows already visible: a
+// reader that must see every row reads such gaps again for a while (the
+// remediation feed does).
+func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int, read ChecksRead) ([]SeqCheck, error) {
 	limit = min(max(limit, 1), maxChecksAfter)
 	if upTo <= 0 {
 		upTo = math.MaxInt64
 	}
+	metrics, args := "c.metrics", []any{}
+	if read.MetricsOf != nil {
+		// The server leaves the other rows' metrics unread (not even
+		// decompressed), and sends none.
+		metrics = `'{}'`
+		if len(read.MetricsOf) > 0 {
+			metrics = `CASE WHEN c.check_name IN ` + inList(len(read.MetricsOf)) + ` THEN c.metrics ELSE '{}' END`
+			for _, c := range read.MetricsOf {
+				args = append(args, c)
+			}
+		}
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT c.id, c.result_id, c.node, COALESCE(r.work_id, ''), COALESCE(r.triggered_by, ''), c.finished, c.check_name,
-			c.status, c.reason, c.findings, c.metrics, c.duration_ms
+			c.status, c.reason, c.findings, `+metrics+`, c.duration_ms
 		FROM check_results c
 		LEFT JOIN results r ON r.id = c.result_id
 		WHERE c.id > ? AND c.id <= ?
-		ORDER BY c.id LIMIT ?`, after, upTo, limit)
+		ORDER BY c.id LIMIT ?`, append(args, after, upTo, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("check results after %d: %w", after, err)
 	}
@@ -217,10 +242,10 @@ func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int) (
 		}
 		sc.Finished = fromMS(fin)
 		sc.Check.Status = report.Status(status)
-		if err := json.Unmarshal([]byte(findings), &sc.Check.Findings); err != nil {
+		if sc.Check.Findings, err = decodeFindings(findings); err != nil {
 			return nil, fmt.Errorf("result %s check %s findings: %w", sc.ResultID, sc.Check.Name, err)
 		}
-		if err := json.Unmarshal([]byte(metrics), &sc.Check.Metrics); err != nil {
+		if sc.Check.Metrics, err = decodeMetrics(metrics, sc.Check.Name, read.KeepMetric); err != nil {
 			return nil, fmt.Errorf("result %s check %s metrics: %w", sc.ResultID, sc.Check.Name, err)
 		}
 		if len(sc.Check.Metrics) == 0 {

@@ -30,29 +30,61 @@ func FromCheck(node string, c report.CheckResult, at time.Time, job string) []Ev
 		}
 	case "gpu.ecc":
 		for name, v := range c.Metrics {
-			// gpu3.ecc.volatile_correctable_count
-			gpu, rest, ok := strings.Cut(name, ".")
-			if !ok || rest != "ecc.volatile_correctable_count" || !strings.HasPrefix(gpu, "gpu") {
-				continue
+			if gpu, ok := eccCorrectableGPU(name); ok {
+				out = append(out, Event{At: at, Node: node, Component: gpu, Kind: KindECCCorrectable, Total: v})
 			}
-			out = append(out, Event{At: at, Node: node, Component: "GPU" + strings.TrimPrefix(gpu, "gpu"), Kind: KindECCCorrectable, Total: v})
 		}
 	case "ib.counters":
 		for name, v := range c.Metrics {
-			// ib.mlx5_0.port1.link_downed_rise_count
-			rest, ok := strings.CutPrefix(name, "ib.")
-			if !ok || !strings.HasSuffix(rest, ".link_downed_rise_count") || v <= 0 {
-				continue
+			if port, ok := linkDownedPort(name); ok && v > 0 {
+				out = append(out, Event{At: at, Node: node, Component: port, Kind: KindLinkFlap, Count: int(v)})
 			}
-			parts := strings.Split(strings.TrimSuffix(rest, ".link_downed_rise_count"), ".")
-			if len(parts) != 2 || !strings.HasPrefix(parts[1], "port") {
-				continue
-			}
-			out = append(out, Event{At: at, Node: node, Component: parts[0] + "/" + strings.TrimPrefix(parts[1], "port"), Kind: KindLinkFlap, Count: int(v)})
 		}
 	}
 	sortEvents(out)
 	return out
+}
+
+// MetricChecks are the checks whose metrics FromCheck reads; MetricWanted
+// says which of their metrics. A reader of every stored result (the
+// remediation feed) reads back only those.
+var MetricChecks = []string{"gpu.ecc", "ib.counters"}
+
+// MetricWanted reports whether FromCheck reads check's metric name.
+func MetricWanted(check, name string) bool {
+	switch check {
+	case "gpu.ecc":
+		_, ok := eccCorrectableGPU(name)
+		return ok
+	case "ib.counters":
+		_, ok := linkDownedPort(name)
+		return ok
+	}
+	return false
+}
+
+// eccCorrectableGPU is the GPU of a gpu.ecc correctable counter,
+// gpu3.ecc.volatile_correctable_count: GPU3.
+func eccCorrectableGPU(name string) (string, bool) {
+	gpu, rest, ok := strings.Cut(name, ".")
+	if !ok || rest != "ecc.volatile_correctable_count" || !strings.HasPrefix(gpu, "gpu") {
+		return "", false
+	}
+	return "GPU" + strings.TrimPrefix(gpu, "gpu"), true
+}
+
+// linkDownedPort is the port of an ib.counters link_downed rise,
+// ib.mlx5_0.port1.link_downed_rise_count: mlx5_0/1.
+func linkDownedPort(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, "ib.")
+	if !ok || !strings.HasSuffix(rest, ".link_downed_rise_count") {
+		return "", false
+	}
+	parts := strings.Split(strings.TrimSuffix(rest, ".link_downed_rise_count"), ".")
+	if len(parts) != 2 || !strings.HasPrefix(parts[1], "port") {
+		return "", false
+	}
+	return parts[0] + "/" + strings.TrimPrefix(parts[1], "port"), true
 }
 
 // sortEvents orders events of one result by component, so map order

@@ -3,6 +3,7 @@ package escalate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +216,41 @@ func TestFromCheck(t *testing.T) {
 		"ib.mlx5_0.port1.link_downed_rise_count": 2, "ib.mlx5_1.port1.link_downed_rise_count": 0, "ib.mlx5_0.port1.symbol_error_rise_count": 9}}, t0, "")
 	if len(evs) != 1 || evs[0].Component != "mlx5_0/1" || evs[0].Count != 2 || evs[0].Kind != KindLinkFlap {
 		t.Errorf("ib.counters: %+v", evs)
+	}
+}
+
+// A check with only the metrics MetricWanted accepts (of MetricChecks)
+// gives the events the whole check does: the remediation feed reads back
+// no others.
+func TestMetricWantedIsWhatFromCheckReads(t *testing.T) {
+	t.Parallel()
+	names := []string{"gpu0.ecc.volatile_correctable_count", "gpu7.ecc.volatile_correctable_count", "gpu0.ecc.aggregate_correctable_count",
+		"gpu0.ecc.volatile_uncorrectable_count", "xgpu0.ecc.volatile_correctable_count", "gpu0.temperature_c",
+		"ib.mlx5_0.port1.link_downed_rise_count", "ib.mlx5_11.port2.link_downed_rise_count", "ib.mlx5_0.port1.link_downed_count",
+		"ib.mlx5_0.port1.symbol_error_rise_count", "ib.mlx5_0.1.link_downed_rise_count", "ib.a.b.port1.link_downed_rise_count",
+		"mlx5_0.port1.link_downed_rise_count"}
+	for _, check := range []string{"gpu.ecc", "ib.counters", "gpu.xid", "gpu.health"} {
+		all, wanted := map[string]float64{}, map[string]float64{}
+		for i, n := range names {
+			all[n] = float64(i + 1)
+			if MetricWanted(check, n) {
+				wanted[n] = float64(i + 1)
+			}
+		}
+		read := slices.Contains(MetricChecks, check)
+		if !read && len(wanted) > 0 {
+			t.Errorf("%s: not in MetricChecks, yet metrics wanted: %v", check, wanted)
+		}
+		if read && len(wanted) == 0 {
+			t.Errorf("%s: in MetricChecks, no metric wanted", check)
+		}
+		full := FromCheck("n1", report.CheckResult{Name: check, Metrics: all}, t0, "")
+		part := FromCheck("n1", report.CheckResult{Name: check, Metrics: wanted}, t0, "")
+		if fmt.Sprint(full) != fmt.Sprint(part) {
+			t.Errorf("%s: all metrics give %+v, the wanted ones %+v", check, full, part)
+		}
+		if read && len(full) != 2 {
+			t.Errorf("%s: %d events from %v, want 2", check, len(full), all)
+		}
 	}
 }
