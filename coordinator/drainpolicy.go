@@ -274,7 +274,7 @@ func (p *drainPolicy) takeOut(ctx context.Context, e *nodeEntry, why string) {
 		delete(p.foreign, node)
 		p.mu.Unlock()
 	}
-	if err := p.breaker.Allow(policyActor, node, len(p.s.reg.all())); err != nil {
+	if err := p.breaker.Allow(policyActor, node, p.fleetSize(ctx)); err != nil {
 		p.mu.Lock()
 		first := !p.refused[node]
 		p.refused[node] = true
@@ -387,4 +387,19 @@ func policyBreakerRecords(nodes []store.Node) []kit.DrainRecord {
 		}
 	}
 	return out
+}
+
+// fleetSize is what the breaker's max_share is a share of: every stored
+// node, not only those connected here (with several coordinators each
+// holds a part of the fleet's streams). The registry's count stands in
+// when the store cannot be read, and is never more than what is stored
+// plus those joined here since.
+func (p *drainPolicy) fleetSize(ctx context.Context) int {
+	here := len(p.s.reg.all())
+	n, err := p.s.store.NodeCount(ctx)
+	if err != nil {
+		p.log.Warn().Err(err).Msg("drain policy: fleet size from this coordinator's nodes")
+		return here
+	}
+	return max(n, here)
 }

@@ -15,14 +15,14 @@ import (
 )
 
 // haPolicyServer is one of several coordinators on url with the drain
-// policy on, behind a breaker of maxCount drains, through its own
-// record-only adapter.
-func haPolicyServer(t *testing.T, url string, adapter drain.Adapter, maxCount int) *Server {
+// policy on, behind a breaker of maxCount drains (or maxShare of the
+// fleet), through its own record-only adapter.
+func haPolicyServer(t *testing.T, url string, adapter drain.Adapter, maxCount int, maxShare float64) *Server {
 	t.Helper()
 	cfg := Config{Listen: "127.0.0.1:0", HTTPListen: "off", DataDir: t.TempDir(), StoreURL: url,
 		HeartbeatInterval: time.Second, Insecure: true, HA: HAConfig{Enabled: true, LeaseTTL: time.Minute}}
 	cfg.Drain.Policy = DrainPolicyConfig{Actions: []string{"replace", "reseat"}}
-	cfg.Breaker.MaxCount = maxCount
+	cfg.Breaker.MaxCount, cfg.Breaker.MaxShare = maxCount, maxShare
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -46,8 +46,8 @@ func TestHABreakerIsOneAcrossCoordinators(t *testing.T) {
 	url := pgtest.URL(t)
 	const limit = 2
 	recA, recB := drain.NewNone(nil), drain.NewNone(nil)
-	a := haPolicyServer(t, url, recA, limit)
-	b := haPolicyServer(t, url, recB, limit)
+	a := haPolicyServer(t, url, recA, limit, 0)
+	b := haPolicyServer(t, url, recB, limit, 0)
 	type placed struct {
 		s    *Server
 		rec  *drain.None
@@ -105,5 +105,43 @@ func TestHABreakerIsOneAcrossCoordinators(t *testing.T) {
 	}
 	if len(refusedOn) == 0 {
 		t.Error("no refusal names the shared window")
+	}
+}
+
+// max_share is of the whole fleet, not of the nodes connected to the
+// coordinator asking: four healthy nodes join through b after a started,
+// two failing ones through a; a share of 0.34 of six nodes is two drains,
+// and a drains both (of its own two nodes the share would allow one).
+func TestHABreakerShareIsOfTheWholeFleet(t *testing.T) {
+	url := pgtest.URL(t)
+	recA, recB := drain.NewNone(nil), drain.NewNone(nil)
+	a := haPolicyServer(t, url, recA, 0, 0.34)
+	b := haPolicyServer(t, url, recB, 0, 0.34)
+	for i := 1; i <= 4; i++ {
+		node := fmt.Sprintf("gpu-%03d", i)
+		ag := mustConnect(t, b, node)
+		ag.sendResult(result(node, false))
+		ag.ack(5 * time.Second)
+	}
+	failing := []string{"gpu-005", "gpu-006"}
+	for _, node := range failing {
+		ag := mustConnect(t, a, node)
+		ag.sendResult(result(node, true))
+		ag.ack(5 * time.Second)
+	}
+	testwait.For(t, 30*time.Second, "both failing nodes drained or refused", func() (bool, string) {
+		var pending []string
+		for _, node := range failing {
+			st, err := recA.Status(context.Background(), node)
+			if (err != nil || !st.Drained) && !hasEvent(eventsOf(t, a, node), "audit: drain refused: gpu.ecc") {
+				pending = append(pending, node)
+			}
+		}
+		return len(pending) == 0, strings.Join(pending, ",")
+	})
+	for _, node := range failing {
+		if st, err := recA.Status(context.Background(), node); err != nil || !st.Drained {
+			t.Errorf("%s not drained (%+v, %v): events %v", node, st, err, eventsOf(t, a, node))
+		}
 	}
 }

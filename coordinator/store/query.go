@@ -145,6 +145,16 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	return c, nil
 }
 
+// NodeCount is the number of nodes stored: the fleet every coordinator
+// over this database serves, whichever of them each node connected to.
+func (s *Store) NodeCount(ctx context.Context) (int, error) {
+	var n int
+	if err := s.r.QueryRowContext(ctx, `SELECT COUNT(*) FROM nodes`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count nodes: %w", err)
+	}
+	return n, nil
+}
+
 // Summary is one node's one check on one UTC day.
 type Summary struct {
 	Node, Check, Day              string
