@@ -57,6 +57,8 @@ type remedGap struct {
 // the term's remediation engine.
 type remedSink interface {
 	Observe(ctx context.Context, node string, checks []report.CheckResult, at time.Time, job string) error
+	RecallHorizon() time.Duration
+	Recall(ctx context.Context, results []remediation.Observed) (int, error)
 	Cursor(ctx context.Context, name string) (string, bool, error)
 	SetCursor(ctx context.Context, name, value string) error
 }
@@ -105,6 +107,11 @@ func (f *remedFeed) start(ctx context.Context) error {
 			return fmt.Errorf("remediation feed cursor %q: %w", v, err)
 		}
 		f.saved = f.last
+		if err := f.recall(ctx); err != nil && ctx.Err() == nil {
+			// The feed goes on: the windows start afresh, as before there
+			// was a recall.
+			f.log.Warn().Err(err).Msg("remediation feed")
+		}
 		return nil
 	}
 	if f.last, err = f.st.LastCheckSeq(ctx); err != nil {
@@ -112,6 +119,28 @@ func (f *remedFeed) start(ctx context.Context) error {
 	}
 	f.saved = -1
 	return f.save(ctx)
+}
+
+// recall hands the engine the scheduled results stored within the rules'
+// horizon up to the kept place (what the previous terms observed), so a
+// new leader's windows (Xid counts, ECC rises, flapping and flagged
+// ports) are the old leader's.
+// Without it a port flapping through a takeover, or Xids either side of
+// it, never add up.
+func (f *remedFeed) recall(ctx context.Context) error {
+	began := time.Now()
+	rows, err := f.st.RecentChecks(ctx, began.Add(-f.eng.RecallHorizon()), f.last, escalate.EventChecks, remedFeedRead)
+	if err != nil {
+		return fmt.Errorf("remediation feed: recall the rules' windows: %w", err)
+	}
+	results := scheduledResults(rows)
+	n, err := f.eng.Recall(ctx, results)
+	if err != nil {
+		return fmt.Errorf("remediation feed: recall the rules' windows: %w", err)
+	}
+	f.log.Info().Int("results", len(results)).Int("events", n).Dur("took", time.Since(began)).
+		Msg("remediation: the escalation rules' windows recalled from the stored results")
+	return nil
 }
 
 func (f *remedFeed) save(ctx context.Context) error {
@@ -175,35 +204,34 @@ func (f *remedFeed) poll(ctx context.Context) error {
 	return f.save(ctx)
 }
 
-// observe groups rows by result and hands the scheduled ones (campaign
-// runs, the ladder's own verifications among them, are left out) to the
-// engine.
+// observe hands the scheduled results among rows to the engine.
 func (f *remedFeed) observe(ctx context.Context, rows []store.SeqCheck) {
-	type result struct {
-		node     string
-		finished time.Time
-		checks   []report.CheckResult
+	for _, x := range scheduledResults(rows) {
+		if err := f.eng.Observe(ctx, x.Node, x.Checks, x.At, ""); err != nil && ctx.Err() == nil {
+			f.log.Warn().Err(err).Str("node", x.Node).Str("result_id", x.ID).Msg("remediation: result not taken")
+		}
 	}
-	var order []string
-	by := map[string]*result{}
+}
+
+// scheduledResults groups rows by result, in the order of each result's
+// first row, leaving out campaign runs (the ladder's own verifications
+// among them): what the ladder takes is the agents' scheduled passes.
+func scheduledResults(rows []store.SeqCheck) []remediation.Observed {
+	var out []remediation.Observed
+	by := map[string]int{}
 	for _, r := range rows {
 		if r.WorkID != "" {
 			continue
 		}
-		x := by[r.ResultID]
-		if x == nil {
-			x = &result{node: r.Node, finished: r.Finished}
-			by[r.ResultID] = x
-			order = append(order, r.ResultID)
+		i, ok := by[r.ResultID]
+		if !ok {
+			i = len(out)
+			by[r.ResultID] = i
+			out = append(out, remediation.Observed{ID: r.ResultID, Node: r.Node, At: r.Finished})
 		}
-		x.checks = append(x.checks, r.Check)
+		out[i].Checks = append(out[i].Checks, r.Check)
 	}
-	for _, id := range order {
-		x := by[id]
-		if err := f.eng.Observe(ctx, x.node, x.checks, x.finished, ""); err != nil && ctx.Err() == nil {
-			f.log.Warn().Err(err).Str("node", x.node).Str("result_id", id).Msg("remediation: result not taken")
-		}
-	}
+	return out
 }
 
 // remedHolding is what the campaigns hold: a node in a running rollout,

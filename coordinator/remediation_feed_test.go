@@ -10,14 +10,31 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/report"
 )
 
-// sinkRec records what the feed hands on, and keeps its cursors.
+// sinkRec records what the feed hands on and what it recalls, and keeps
+// its cursors.
 type sinkRec struct {
-	seen    []string // "node check,check"
-	cursors map[string]string
+	seen     []string // "node check,check"
+	recalled []string
+	horizon  time.Duration
+	cursors  map[string]string
+}
+
+func (s *sinkRec) RecallHorizon() time.Duration { return s.horizon }
+
+func (s *sinkRec) Recall(_ context.Context, results []remediation.Observed) (int, error) {
+	for _, r := range results {
+		var names []string
+		for _, c := range r.Checks {
+			names = append(names, c.Name)
+		}
+		s.recalled = append(s.recalled, r.Node+" "+strings.Join(names, ","))
+	}
+	return len(results), nil
 }
 
 func (s *sinkRec) Observe(_ context.Context, node string, checks []report.CheckResult, _ time.Time, _ string) error {
@@ -124,5 +141,67 @@ func TestRemedFeedReadsGapsAgain(t *testing.T) {
 	}
 	if want := []string{"n1 gpu.ecc,gpu.xid", "n2 ib.ports", "n4 gpu.pcie"}; !slices.Equal(sink.seen, want) {
 		t.Fatalf("the next term handed on %q, want %q", sink.seen, want)
+	}
+}
+
+// A new term recalls, for the rules' windows, the stored scheduled
+// results of the event checks within the horizon up to the kept place:
+// not older ones, not campaign runs or other checks, not what is past the
+// kept place (the term observes that). A new install recalls nothing, and
+// observes nothing stored before it; its successors recall those too (the
+// windows are history, like triage's).
+func TestRemedFeedRecallsOnResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = st.Close() }()
+	now := time.Now()
+	ingest := func(id, node, work string, ago time.Duration, checks ...string) {
+		t.Helper()
+		// The nodes joined first, as agents do: the recall reads node by node.
+		if _, _, err := st.NodeJoined(ctx, store.Join{Node: node, At: now.Add(-3 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		r := store.Result{ID: id, Node: node, WorkID: work, Started: now.Add(-ago - time.Second), Finished: now.Add(-ago), Status: report.Pass}
+		for _, c := range checks {
+			r.Checks = append(r.Checks, report.CheckResult{Name: c, Status: report.Pass,
+				Metrics: map[string]float64{"ib.mlx5_0.port1.link_downed_rise_count": 1, "gpu0.power_w": 70}})
+		}
+		if _, err := st.Ingest(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ingest("before", "n9", "", time.Minute, "gpu.xid")
+	sink := &sinkRec{cursors: map[string]string{}, horizon: time.Hour}
+	f := &remedFeed{st: st, eng: sink, log: zerolog.Nop()}
+	if err := f.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.recalled) != 0 {
+		t.Fatalf("a new install recalled %q", sink.recalled)
+	}
+	ingest("old", "n0", "", 2*time.Hour, "gpu.xid")
+	ingest("r1", "n1", "", time.Minute, "gpu.xid", "ib.ports", "ib.counters")
+	ingest("r2", "n2", "", time.Minute, "gpu.ecc")
+	ingest("r3", "n3", "sweep-1", time.Minute, "gpu.xid")
+	if err := f.poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ingest("r4", "n4", "", 0, "gpu.xid")
+	next := &remedFeed{st: st, eng: sink, log: zerolog.Nop()}
+	if err := next.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"n9 gpu.xid", "n1 gpu.xid,ib.counters", "n2 gpu.ecc"}; !slices.Equal(sink.recalled, want) {
+		t.Fatalf("recalled %q, want %q", sink.recalled, want)
+	}
+	if err := next.poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := "n4 gpu.xid"; sink.seen[len(sink.seen)-1] != want || slices.Contains(sink.seen, "n9 gpu.xid") {
+		t.Fatalf("observed %q, want %q last and nothing from before the install", sink.seen, want)
 	}
 }

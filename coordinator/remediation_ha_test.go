@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/campaigns/kit"
 	"github.com/fleetcheck/fleetcheck/campaigns/remediation"
+	"github.com/fleetcheck/fleetcheck/internal/config"
 	"github.com/fleetcheck/fleetcheck/internal/pgtest"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
@@ -38,15 +41,20 @@ func (f *stuckCollect) RunAction(ctx context.Context, node, action string, param
 }
 
 // haRemedServer is one coordinator of an HA pair on url, its campaigns
-// on a simulated fleet and the wall clock (the two share no virtual one).
-func haRemedServer(t *testing.T, url string, fleet func(*simfleet.Fleet) kit.Fleet, log *syncBuf) *Server {
+// on a simulated fleet and the wall clock (the two share no virtual one);
+// mods change its configuration.
+func haRemedServer(t *testing.T, url string, fleet func(*simfleet.Fleet) kit.Fleet, log *syncBuf, mods ...func(*Config)) *Server {
 	t.Helper()
 	f, err := simfleet.New(simfleet.Config{Nodes: 4, NodesPerLeaf: 4, Seed: 7, NoisePct: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{Listen: "127.0.0.1:0", HTTPListen: "off", DataDir: t.TempDir(), StoreURL: url,
-		HeartbeatInterval: time.Second, Insecure: true, HA: HAConfig{Enabled: true, LeaseTTL: time.Second}}.WithDefaults()
+		HeartbeatInterval: time.Second, Insecure: true, HA: HAConfig{Enabled: true, LeaseTTL: time.Second}}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -150,5 +158,70 @@ func TestHARemediationRunsOnTheLeader(t *testing.T) {
 	}
 	if got := rf.actions(); len(got) != 1 || got[0] != node+" collect-bundle map[]" {
 		t.Errorf("b's actions %q", got)
+	}
+}
+
+// xidResult is a scheduled result of node with one Xid 13 on GPU0 (an
+// application Xid: it counts towards the Xid rule, it triggers nothing
+// by itself).
+func xidResult(node string) *pb.Result {
+	id, seq := nextID(node)
+	now := time.Now().UnixMilli() + int64(seq)
+	return &pb.Result{Id: id, Node: node, StartedUnixMs: now - 100, FinishedUnixMs: now, Status: "warn", Full: true,
+		Checks: []*pb.CheckResult{{Name: "gpu.xid", Status: "warn", Findings: []*pb.Finding{
+			{Severity: "warn", Component: "GPU0", Code: "XID_13", Message: "Graphics Engine Exception", Action: "restart_app"}}}}}
+}
+
+// The escalation rules' windows survive a takeover: two Xid 13s on one
+// GPU before the leader stops and one after add up to the default rule's
+// three within an hour, and the new leader opens the GPU reset.
+func TestHAEscalationWindowsSurviveTakeover(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := tctx(t)
+	fast := func(c *Config) { c.Remediation.Rules.Correlate.Window = config.Duration(time.Second) }
+	var logA, logB syncBuf
+	a := haRemedServer(t, url, func(f *simfleet.Fleet) kit.Fleet { return f }, &logA, fast)
+	aStopped := false
+	defer func() {
+		if !aStopped {
+			stopServer(t, a)
+		}
+	}()
+	testwait.For(t, 10*time.Second, "a to lead", func() (bool, string) { return leading(a), logA.text() })
+	b := haRemedServer(t, url, func(f *simfleet.Fleet) kit.Fleet { return f }, &logB, fast)
+	defer stopServer(t, b)
+
+	node := "gpu-0003"
+	ag := mustConnect(t, b, node)
+	for range 2 {
+		ag.sendResult(xidResult(node))
+		ag.ack(10 * time.Second)
+	}
+	last, err := b.Store().LastCheckSeq(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 15*time.Second, "the leader's feed to read both results", func() (bool, string) {
+		v, _, err := a.camp.remed().Cursor(ctx, remedCursor)
+		return err == nil && v == strconv.FormatInt(last, 10), fmt.Sprintf("cursor %q (%v), last %d", v, err, last)
+	})
+	stopServer(t, a)
+	aStopped = true
+	testwait.For(t, 10*time.Second, "b to take over", func() (bool, string) { return leading(b), logB.text() })
+	testwait.For(t, 10*time.Second, "b to recall the windows", func() (bool, string) {
+		return strings.Contains(logB.text(), "windows recalled"), logB.text()
+	})
+	if rs, err := b.camp.remed().List(ctx, node, ""); err != nil || len(rs) != 0 {
+		t.Fatalf("before the third Xid: %+v, %v", rs, err)
+	}
+	ag.sendResult(xidResult(node))
+	ag.ack(10 * time.Second)
+	var rs []remediation.Remediation
+	testwait.For(t, 30*time.Second, "the new leader to escalate the third Xid 13", func() (bool, string) {
+		rs, err = b.camp.remed().List(ctx, node, "")
+		return err == nil && len(rs) > 0, fmt.Sprintf("%v %v", err, logB.text())
+	})
+	if len(rs) != 1 || rs[0].Component != "GPU0" || rs[0].Step != remediation.StepResetGPU || rs[0].Trigger.Source != "rule" {
+		t.Fatalf("remediations after the takeover: %+v", rs)
 	}
 }

@@ -160,6 +160,55 @@ func (e *Engine) Observe(ctx context.Context, node string, checks []report.Check
 	return errors.Join(errs...)
 }
 
+// Observed is one result a previous leader already observed.
+type Observed struct {
+	ID     string // the result's, for logs
+	Node   string
+	Checks []report.CheckResult
+	At     time.Time
+}
+
+// RecallHorizon is how much of the stored history Recall wants: the
+// rules' longest window.
+func (e *Engine) RecallHorizon() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rules.Horizon()
+}
+
+// Recall rebuilds the rules' windows (Xid counts, ECC rises, link flaps,
+// flagged ports) from results a previous leader already observed, in the
+// order it did. Their verdicts were acted on then, so none is acted on
+// now. A flagged port whose newest remediation is done since it was
+// flagged is armed again, as that remediation's end armed it. It returns
+// how many events were recalled.
+func (e *Engine) Recall(ctx context.Context, results []Observed) (int, error) {
+	n := 0
+	e.mu.Lock()
+	for _, r := range results {
+		for _, c := range r.Checks {
+			for _, ev := range escalate.FromCheck(r.Node, c, r.At, "") {
+				e.rules.Observe(ev)
+				n++
+			}
+		}
+	}
+	flagged := e.rules.Flagged("")
+	e.mu.Unlock()
+	for _, f := range flagged {
+		rs, err := loadItems(ctx, e.d.DB, `WHERE node = ? AND component = ?`, f.Node, f.Component)
+		if err != nil {
+			return n, err
+		}
+		if len(rs) > 0 && rs[0].State == StateDone && !rs[0].DoneAt.Before(f.Since) {
+			e.mu.Lock()
+			e.rules.Rearm(f.Node, f.Component)
+			e.mu.Unlock()
+		}
+	}
+	return n, nil
+}
+
 // ObserveEvents feeds events straight to the rules (the simulator, and
 // sources other than check results).
 func (e *Engine) ObserveEvents(ctx context.Context, evs ...escalate.Event) error {

@@ -586,3 +586,86 @@ func TestDrainRecordsRestoreTheBreaker(t *testing.T) {
 		t.Fatalf("after the restart: %s %v", x.State, err)
 	}
 }
+
+// A new leader's engine recalls what the old one observed: two Xid 13s
+// before the takeover and one after add up to the rule's three, and a
+// port flagged and remediated before it is flagged still, armed, so its
+// next flap escalates as a recurrence. An engine that does not recall
+// sees one Xid and a port never flagged.
+func TestRecallRebuildsTheWindows(t *testing.T) {
+	t.Parallel()
+	db := openDB(t)
+	old := newRigDB(t, db, auto(), kit.BreakerConfig{})
+	var seen []Observed
+	observe := func(r *rig, node string, c report.CheckResult) {
+		t.Helper()
+		at := r.c.Now()
+		if err := r.e.Observe(r.ctx, node, []report.CheckResult{c}, at, ""); err != nil {
+			t.Fatal(err)
+		}
+		if r == old {
+			seen = append(seen, Observed{Node: node, Checks: []report.CheckResult{c}, At: at})
+		}
+		r.c.Add(time.Minute)
+	}
+	flap := report.CheckResult{Name: "ib.counters", Status: report.Warn, Metrics: map[string]float64{"ib.mlx5_0.port1.link_downed_rise_count": 1}}
+	xid := report.CheckResult{Name: "gpu.xid", Status: report.Warn, Findings: []report.Finding{
+		{Severity: report.SevWarn, Component: "GPU0", Code: "XID_13", Action: report.ActionRestartApp}}}
+	for range 3 {
+		observe(old, "n02", flap)
+	}
+	drive(t, old.e, old.c, time.Hour)
+	ports, err := old.e.List(old.ctx, "n02", "")
+	if err != nil || len(ports) != 1 || ports[0].Component != "mlx5_0/1" || ports[0].State != StateDone {
+		t.Fatalf("the old leader's port remediation: %+v, %v", ports, err)
+	}
+	for range 2 {
+		observe(old, "n01", xid)
+	}
+	count := func(r *rig, node string) int {
+		t.Helper()
+		rs, err := r.e.List(r.ctx, node, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rs)
+	}
+
+	// Without recalling: one Xid, no flagged port.
+	forgetful := newRigDB(t, db, auto(), kit.BreakerConfig{})
+	forgetful.c.Add(old.c.Now().Sub(forgetful.c.Now()))
+	observe(forgetful, "n01", xid)
+	forgetful.c.Add(3 * time.Minute) // past the correlation window: the Xid counts
+	if _, err := forgetful.e.Step(forgetful.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(forgetful, "n01"); n != 0 || len(forgetful.e.Flagged("")) != 0 {
+		t.Fatalf("an engine that did not recall: %d remediations on n01, flagged %v", n, forgetful.e.Flagged(""))
+	}
+
+	next := newRigDB(t, db, auto(), kit.BreakerConfig{})
+	next.c.Add(forgetful.c.Now().Sub(next.c.Now()))
+	if h := next.e.RecallHorizon(); h != 24*time.Hour {
+		t.Fatalf("horizon %s, want the ECC rule's 24h", h)
+	}
+	n, err := next.e.Recall(next.ctx, seen)
+	if err != nil || n != 5 {
+		t.Fatalf("recalled %d events (%v), want 5", n, err)
+	}
+	if f := next.e.Flagged(""); len(f) != 1 || f[0].Node != "n02" || f[0].Component != "mlx5_0/1" {
+		t.Fatalf("flagged after recall: %+v", f)
+	}
+	observe(next, "n01", xid)
+	next.c.Add(3 * time.Minute)
+	if _, err := next.e.Step(next.ctx); err != nil {
+		t.Fatal(err)
+	}
+	gpu, err := next.e.List(next.ctx, "n01", "")
+	if err != nil || len(gpu) != 1 || gpu[0].Component != "GPU0" || gpu[0].Step != StepResetGPU {
+		t.Fatalf("the third Xid 13 after recall: %+v, %v", gpu, err)
+	}
+	observe(next, "n02", flap)
+	if n := count(next, "n02"); n != 2 {
+		t.Fatalf("a flap of the remediated, flagged port after recall: %d remediations on n02, want 2", n)
+	}
+}

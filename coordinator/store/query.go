@@ -1,11 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
@@ -219,7 +221,68 @@ func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int, r
 	if upTo <= 0 {
 		upTo = math.MaxInt64
 	}
-	metrics, args := "c.metrics", []any{}
+	out, err := s.readChecks(ctx, read, `WHERE c.id > ? AND c.id <= ? ORDER BY c.id LIMIT ?`, after, upTo, limit)
+	if err != nil {
+		return nil, fmt.Errorf("check results after %d: %w", after, err)
+	}
+	return out, nil
+}
+
+// maxRecentPerNode bounds what RecentChecks reads of one node: a day of
+// the event checks every minute, and more.
+const maxRecentPerNode = 10000
+
+// RecentChecks returns the stored results of the named checks that
+// finished at or after since and are numbered at most upTo, every node's,
+// in stored order, with of their metrics what read asks for; of a node
+// with more than 10,000 such rows, the newest; upTo 0: no bound. It reads node by node
+// along the (node, finished) index: a new leader reads the day its
+// escalation rules' windows reach back over (coordinator/remediation.go).
+func (s *Store) RecentChecks(ctx context.Context, since time.Time, upTo int64, checks []string, read ChecksRead) ([]SeqCheck, error) {
+	if len(checks) == 0 {
+		return nil, nil
+	}
+	if upTo <= 0 {
+		upTo = math.MaxInt64
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT name FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("recent check results: %w", err)
+	}
+	var nodes []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("recent check results: %w", err)
+		}
+		nodes = append(nodes, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("recent check results: %w", err)
+	}
+	var out []SeqCheck
+	for _, node := range nodes {
+		args := []any{node, ms(since), upTo}
+		for _, c := range checks {
+			args = append(args, c)
+		}
+		got, err := s.readChecks(ctx, read, `WHERE c.node = ? AND c.finished >= ? AND c.id <= ? AND c.check_name IN `+inList(len(checks))+
+			` ORDER BY c.finished DESC LIMIT ?`, append(args, maxRecentPerNode)...)
+		if err != nil {
+			return nil, fmt.Errorf("recent check results of %s: %w", node, err)
+		}
+		out = append(out, got...)
+	}
+	slices.SortFunc(out, func(a, b SeqCheck) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// readChecks reads check results joined with their results' work ids;
+// tail is the WHERE, ORDER and LIMIT, over args.
+func (s *Store) readChecks(ctx context.Context, read ChecksRead, tail string, args ...any) ([]SeqCheck, error) {
+	metrics, margs := "c.metrics", []any{}
 	if read.MetricsOf != nil {
 		// The server leaves the other rows' metrics unread (not even
 		// decompressed), and sends none.
@@ -227,7 +290,7 @@ func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int, r
 		if len(read.MetricsOf) > 0 {
 			metrics = `CASE WHEN c.check_name IN ` + inList(len(read.MetricsOf)) + ` THEN c.metrics ELSE '{}' END`
 			for _, c := range read.MetricsOf {
-				args = append(args, c)
+				margs = append(margs, c)
 			}
 		}
 	}
@@ -235,10 +298,9 @@ func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int, r
 			c.status, c.reason, c.findings, `+metrics+`, c.duration_ms
 		FROM check_results c
 		LEFT JOIN results r ON r.id = c.result_id
-		WHERE c.id > ? AND c.id <= ?
-		ORDER BY c.id LIMIT ?`, append(args, after, upTo, limit)...)
+		`+tail, append(margs, args...)...)
 	if err != nil {
-		return nil, fmt.Errorf("check results after %d: %w", after, err)
+		return nil, err
 	}
 	defer rows.Close()
 	var out []SeqCheck
@@ -248,7 +310,7 @@ func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int, r
 		var findings, metrics, status string
 		if err := rows.Scan(&sc.Seq, &sc.ResultID, &sc.Node, &sc.WorkID, &sc.Trigger, &fin, &sc.Check.Name, &status,
 			&sc.Check.Reason, &findings, &metrics, &sc.Check.DurationMS); err != nil {
-			return nil, fmt.Errorf("check results after %d: %w", after, err)
+			return nil, err
 		}
 		sc.Finished = fromMS(fin)
 		sc.Check.Status = report.Status(status)
@@ -263,10 +325,7 @@ func (s *Store) ChecksAfter(ctx context.Context, after, upTo int64, limit int, r
 		}
 		out = append(out, sc)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("check results after %d: %w", after, err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // LastCheckSeq is the number of the last stored check result (0: none).

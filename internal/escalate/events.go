@@ -45,6 +45,9 @@ func FromCheck(node string, c report.CheckResult, at time.Time, job string) []Ev
 	return out
 }
 
+// EventChecks are the checks FromCheck reads events from.
+var EventChecks = []string{"gpu.xid", "gpu.ecc", "ib.counters"}
+
 // MetricChecks are the checks whose metrics FromCheck reads; MetricWanted
 // says which of their metrics. A reader of every stored result (the
 // remediation feed) reads back only those.

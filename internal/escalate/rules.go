@@ -283,6 +283,19 @@ func New(cfg Config) *Rules {
 // Config is the rules' configuration, defaults filled.
 func (r *Rules) Config() Config { return r.cfg }
 
+// Horizon is how far back the rules' windows reach: events older than
+// this conclude nothing more (a port's flag lasts a stable period past
+// the flap window). A new leader rebuilds the windows from that much of
+// the stored history.
+func (r *Rules) Horizon() time.Duration {
+	c := r.cfg
+	h := max(time.Duration(c.ECC.Window), time.Duration(c.Link.Window)+time.Duration(c.Link.Stable), time.Duration(c.Correlate.Window))
+	for _, x := range c.Xid {
+		h = max(h, time.Duration(x.Window))
+	}
+	return h
+}
+
 // Observe takes one event and returns what the rules conclude from it and
 // from the windows it closes. Events should come in time order; a late one
 // counts at its own time.
