@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetcheck/fleetcheck/coordinator"
+	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
+	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
 func fixture(t *testing.T) *Fixture {
@@ -52,6 +55,28 @@ func TestFleetAgainstCoordinator(t *testing.T) {
 	}
 	if c := fleet.Counters(); c.Acked != n || c.CheckResults != int64(n*len(fx.Checks())) {
 		t.Errorf("after connecting: %+v, want %d results acked", c, n)
+	}
+	// The coordinator stored what the pre-encoded results carry: every
+	// check with its metrics, and the inventory.
+	nodes, err := srv.Store().Nodes(ctx)
+	if err != nil || len(nodes) != n {
+		t.Fatalf("stored nodes: %d, %v", len(nodes), err)
+	}
+	for _, nd := range nodes {
+		if len(nd.Inventory.GPUs) != 8 || len(nd.Checks) != len(fx.Checks()) {
+			t.Errorf("%s stored with %d GPUs and %d checks", nd.Name, len(nd.Inventory.GPUs), len(nd.Checks))
+		}
+	}
+	rows, err := srv.Store().ChecksAfter(ctx, 0, 0, 1000, store.ChecksRead{})
+	if err != nil || len(rows) != n*len(fx.Checks()) {
+		t.Fatalf("stored check results: %d, %v", len(rows), err)
+	}
+	metrics := 0
+	for _, r := range rows {
+		metrics += len(r.Check.Metrics)
+	}
+	if metrics < 300*n {
+		t.Errorf("%d metrics stored for %d results", metrics, n)
 	}
 
 	op, err := DialOperator(addr)
@@ -122,9 +147,27 @@ func TestFixtureParts(t *testing.T) {
 	if _, err := fx.pick([]string{"gpu.ecc", "rm -rf /"}); err == nil {
 		t.Error("an unknown check was not refused")
 	}
-	r := fx.result(part, "id-1", "n1", "w1", time.Now())
-	if r.GetId() != "id-1" || r.GetWorkId() != "w1" || len(r.GetChecks()) != 2 || r.GetInventory() == nil || r.GetFull() {
-		t.Errorf("result: %v", r)
+	// What goes on the wire is the result with the part's messages in it,
+	// byte for byte what marshalling them writes.
+	now := time.Now()
+	for _, sub := range []subset{part, all} {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(fx.result(sub, "id-1", "n1", "w1", now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r pb.Result
+		if err := proto.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.GetId() != "id-1" || r.GetWorkId() != "w1" || len(r.GetChecks()) != len(sub.checks) || r.GetInventory() == nil ||
+			r.GetFull() != sub.full || len(r.ProtoReflect().GetUnknown()) != 0 {
+			t.Errorf("result: %v", &r)
+		}
+		want := &pb.Result{Id: "id-1", Node: "n1", WorkId: "w1", StartedUnixMs: now.Add(-250 * time.Millisecond).UnixMilli(),
+			FinishedUnixMs: now.UnixMilli(), Status: sub.status, Checks: sub.checks, Inventory: fx.inventory, Full: sub.full}
+		if !proto.Equal(&r, want) {
+			t.Errorf("the encoded result reads back as\n%v\nnot\n%v", &r, want)
+		}
 	}
 }
 
