@@ -160,10 +160,62 @@ func testRecentChecks(t *testing.T, be backend) {
 	}
 }
 
+// eventChecksDay stores hours hourly results of the three event checks
+// on nodes nodes (ib.counters with 96 counters, gpu.ecc with 48), ending
+// at now.
+func eventChecksDay(b *testing.B, s *Store, nodes, hours int, now time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	ib, ecc := map[string]float64{}, map[string]float64{}
+	for i := range 8 {
+		for _, c := range []string{"link_downed_rise_count", "symbol_error_count", "port_rcv_errors", "port_xmit_wait_count",
+			"link_downed_count", "port_rcv_remote_physical_errors", "port_xmit_discards", "local_link_integrity_errors",
+			"excessive_buffer_overrun_errors", "port_rcv_data", "port_xmit_data", "symbol_error_rise_count"} {
+			ib[fmt.Sprintf("ib.mlx5_%d.port1.%s", i, c)] = float64(i)
+		}
+		for _, c := range []string{"volatile_correctable_count", "volatile_uncorrectable_count", "aggregate_correctable_count",
+			"aggregate_uncorrectable_count", "retired_pages_sbe", "retired_pages_dbe"} {
+			ecc[fmt.Sprintf("gpu%d.ecc.%s", i, c)] = 1e6 + float64(i)
+		}
+	}
+	for i := range nodes {
+		if _, _, err := s.NodeJoined(ctx, Join{Node: fmt.Sprintf("gpu-%04d", i), At: now.Add(-48 * time.Hour)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				at := now.Add(-time.Duration(i%hours) * time.Hour)
+				r := Result{ID: fmt.Sprint("r", i), Node: fmt.Sprintf("gpu-%04d", i/hours), Started: at.Add(-time.Second), Finished: at, Status: report.Pass,
+					Checks: []report.CheckResult{{Name: "gpu.xid", Status: report.Pass}, {Name: "gpu.ecc", Status: report.Pass, Metrics: ecc},
+						{Name: "ib.counters", Status: report.Pass, Metrics: ib}}}
+				if _, err := s.Ingest(ctx, r); err != nil {
+					b.Error(err)
+				}
+			}
+		}()
+	}
+	for i := range nodes * hours {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// eventRead reads back the counters the escalation rules use.
+var eventRead = ChecksRead{MetricsOf: []string{"gpu.ecc", "ib.counters"},
+	KeepMetric: func(_, name string) bool {
+		return strings.HasSuffix(name, ".link_downed_rise_count") || strings.HasSuffix(name, ".volatile_correctable_count")
+	}}
+
 // What a new leader reads to rebuild the escalation rules' windows: a
 // day of hourly results of the three event checks on 1,000 nodes
-// (72,000 rows; ib.counters with 96 counters, gpu.ecc with 48), reading
-// back the rules' counters only. make bench.
+// (72,000 rows), reading back the rules' counters only. make bench.
 func BenchmarkRecentChecks(b *testing.B) {
 	for _, be := range []backend{"sqlite", "postgres"} {
 		b.Run(string(be), func(b *testing.B) {
@@ -171,59 +223,43 @@ func BenchmarkRecentChecks(b *testing.B) {
 			defer s.Close()
 			ctx := context.Background()
 			now := time.Now().Truncate(time.Millisecond)
-			ib, ecc := map[string]float64{}, map[string]float64{}
-			for i := range 8 {
-				for _, c := range []string{"link_downed_rise_count", "symbol_error_count", "port_rcv_errors", "port_xmit_wait_count",
-					"link_downed_count", "port_rcv_remote_physical_errors", "port_xmit_discards", "local_link_integrity_errors",
-					"excessive_buffer_overrun_errors", "port_rcv_data", "port_xmit_data", "symbol_error_rise_count"} {
-					ib[fmt.Sprintf("ib.mlx5_%d.port1.%s", i, c)] = float64(i)
-				}
-				for _, c := range []string{"volatile_correctable_count", "volatile_uncorrectable_count", "aggregate_correctable_count",
-					"aggregate_uncorrectable_count", "retired_pages_sbe", "retired_pages_dbe"} {
-					ecc[fmt.Sprintf("gpu%d.ecc.%s", i, c)] = 1e6 + float64(i)
-				}
-			}
 			const nodes, hours = 1000, 24
-			var wg sync.WaitGroup
-			work := make(chan int)
-			for range 64 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range work {
-						node := fmt.Sprintf("gpu-%04d", i/hours)
-						at := now.Add(-time.Duration(i%hours) * time.Hour)
-						r := Result{ID: fmt.Sprint("r", i), Node: node, Started: at.Add(-time.Second), Finished: at, Status: report.Pass,
-							Checks: []report.CheckResult{{Name: "gpu.xid", Status: report.Pass}, {Name: "gpu.ecc", Status: report.Pass, Metrics: ecc},
-								{Name: "ib.counters", Status: report.Pass, Metrics: ib}}}
-						if _, err := s.Ingest(ctx, r); err != nil {
-							b.Error(err)
-						}
-					}
-				}()
-			}
-			for i := range nodes {
-				if _, _, err := s.NodeJoined(ctx, Join{Node: fmt.Sprintf("gpu-%04d", i), At: now.Add(-48 * time.Hour)}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			for i := range nodes * hours {
-				work <- i
-			}
-			close(work)
-			wg.Wait()
-			read := ChecksRead{MetricsOf: []string{"gpu.ecc", "ib.counters"},
-				KeepMetric: func(_, name string) bool {
-					return strings.HasSuffix(name, ".link_downed_rise_count") || strings.HasSuffix(name, ".volatile_correctable_count")
-				}}
+			eventChecksDay(b, s, nodes, hours, now)
 			b.ResetTimer()
 			for b.Loop() {
-				got, err := s.RecentChecks(ctx, now.Add(-25*time.Hour), 0, []string{"gpu.xid", "gpu.ecc", "ib.counters"}, read)
+				got, err := s.RecentChecks(ctx, now.Add(-25*time.Hour), 0, []string{"gpu.xid", "gpu.ecc", "ib.counters"}, eventRead)
 				if err != nil || len(got) != nodes*hours*3 {
 					b.Fatalf("%d rows, %v", len(got), err)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/recall")
+		})
+	}
+}
+
+// The remediation feed's read of 2,000 stored check results (a third
+// each gpu.xid, gpu.ecc, ib.counters), every metric against the
+// rules' counters only. make bench.
+func BenchmarkChecksAfter(b *testing.B) {
+	for _, be := range []backend{"sqlite", "postgres"} {
+		b.Run(string(be), func(b *testing.B) {
+			s := open(b, be.loc(b), nil)
+			defer s.Close()
+			ctx := context.Background()
+			eventChecksDay(b, s, 100, 7, time.Now().Truncate(time.Millisecond))
+			for _, tc := range []struct {
+				name string
+				read ChecksRead
+			}{{"all-metrics", ChecksRead{}}, {"rule-counters", eventRead}} {
+				b.Run(tc.name, func(b *testing.B) {
+					for b.Loop() {
+						got, err := s.ChecksAfter(ctx, 0, 0, 2000, tc.read)
+						if err != nil || len(got) != 2000 {
+							b.Fatalf("%d rows, %v", len(got), err)
+						}
+					}
+				})
+			}
 		})
 	}
 }
