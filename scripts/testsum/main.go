@@ -75,6 +75,7 @@ func (s *summary) add(line []byte) {
 		if e.Test == "" {
 			s.finish(e)
 		}
+		delete(s.output, key)
 	case "skip": // a package with no tests, or a skipped test: nothing to say
 
 		delete(s.output, key)
@@ -85,6 +86,7 @@ func (s *summary) add(line []byte) {
 			s.testFail[e.Package] = true
 		} else {
 			// Output outside any test: a panic, a TestMain failure, a timeout.
+			s.unfinished(e.Package)
 			if lines := s.output[key]; len(lines) > 0 {
 				fmt.Fprint(s.out, strings.Join(lines, ""))
 			}
@@ -93,6 +95,35 @@ func (s *summary) add(line []byte) {
 			}
 			s.finish(e)
 		}
+		delete(s.output, key)
+	}
+}
+
+// unfinishedLines bounds what one unfinished test prints: a timeout's
+// goroutine dump can run to many thousands of lines.
+const unfinishedLines = 3000
+
+// unfinished prints the output of the package's tests that never ended:
+// when a test binary panics or times out, test2json files the panic and the
+// goroutine dump under the test that was running, and that test gets no
+// pass or fail of its own.
+func (s *summary) unfinished(pkg string) {
+	var keys []string
+	for key := range s.output {
+		if p, test, _ := strings.Cut(key, "\x00"); p == pkg && test != "" {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		lines := s.output[key]
+		_, test, _ := strings.Cut(key, "\x00")
+		fmt.Fprintf(s.out, "--- UNFINISHED %s %s\n", pkg, test)
+		if len(lines) > unfinishedLines {
+			fmt.Fprintf(s.out, "    (the first %d of %d lines)\n", unfinishedLines, len(lines))
+			lines = lines[:unfinishedLines]
+		}
+		fmt.Fprint(s.out, strings.Join(lines, ""))
 		delete(s.output, key)
 	}
 }

@@ -68,3 +68,34 @@ func TestEmptyStreamWithPlainErrorFails(t *testing.T) {
 		t.Fatalf("a stream of only plain text passed:\n%s", out.String())
 	}
 }
+
+// A test binary that times out: the panic and the dump go to the test that
+// was running, which never gets a fail event; the summary must still show
+// them and which test it was.
+func TestTimeoutShowsTheRunningTest(t *testing.T) {
+	var out bytes.Buffer
+	s := newSummary(&out)
+	for _, line := range []string{
+		`{"Action":"run","Package":"example.com/d","Test":"TestQuick"}`,
+		`{"Action":"output","Package":"example.com/d","Test":"TestQuick","Output":"=== RUN   TestQuick\n"}`,
+		`{"Action":"pass","Package":"example.com/d","Test":"TestQuick","Elapsed":0.1}`,
+		`{"Action":"run","Package":"example.com/d","Test":"TestHangs"}`,
+		`{"Action":"output","Package":"example.com/d","Test":"TestHangs","Output":"panic: test timed out after 20m0s\n"}`,
+		`{"Action":"output","Package":"example.com/d","Test":"TestHangs","Output":"goroutine 7 [chan receive]:\n"}`,
+		`{"Action":"output","Package":"example.com/d","Output":"FAIL\texample.com/d\t1200.0s\n"}`,
+		`{"Action":"fail","Package":"example.com/d","Elapsed":1200}`,
+	} {
+		s.add([]byte(line))
+	}
+	if s.end() {
+		t.Fatal("a timed-out package passed")
+	}
+	got := out.String()
+	want := "--- UNFINISHED example.com/d TestHangs\npanic: test timed out after 20m0s\ngoroutine 7 [chan receive]:\n"
+	if !strings.Contains(got, want) {
+		t.Errorf("summary lacks %q:\n%s", want, got)
+	}
+	if strings.Contains(got, "TestQuick") {
+		t.Errorf("a passing test's output printed:\n%s", got)
+	}
+}
