@@ -129,6 +129,7 @@ type haFleet struct {
 	injected  map[string]int
 	log       []string
 	start     time.Time
+	failures  []string // repeated after the logs: CI shows a failed run's tail
 }
 
 type window struct{ from, to time.Time }
@@ -222,6 +223,9 @@ func newHAFleet(t *testing.T, o chaosOpts, seed uint64) *haFleet {
 			}
 			b, _ := os.ReadFile(pg.LogPath())
 			t.Logf("PostgreSQL log:\n%s", lastLines(string(b), 30))
+			h.mu.Lock()
+			t.Logf("chaos seed %d failed:\n  %s", seed, strings.Join(h.failures, "\n  "))
+			h.mu.Unlock()
 		}
 	})
 	// Started one by one: the first to take the lease leads.
@@ -260,7 +264,7 @@ func (h *haFleet) keepLogs() {
 		paths = append(paths, a.logPath)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		h.t.Errorf("%s: %v", chaosKeepEnv, err)
+		h.errorf("%s: %v", chaosKeepEnv, err)
 		return
 	}
 	for _, p := range paths {
@@ -270,11 +274,35 @@ func (h *haFleet) keepLogs() {
 		}
 		name := filepath.Base(filepath.Dir(p)) + "-" + filepath.Base(p)
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			h.t.Errorf("%s: %v", chaosKeepEnv, err)
+			h.errorf("%s: %v", chaosKeepEnv, err)
 			return
 		}
 	}
 	h.t.Logf("logs kept in %s", dir)
+}
+
+// errorf and fatalf fail the test and keep the message for the recap after
+// the logs.
+func (h *haFleet) errorf(format string, args ...any) {
+	h.t.Helper()
+	h.keepFailure(format, args...)
+	h.t.Errorf(format, args...)
+}
+
+func (h *haFleet) fatalf(format string, args ...any) {
+	h.t.Helper()
+	h.keepFailure(format, args...)
+	h.t.Fatalf(format, args...)
+}
+
+func (h *haFleet) keepFailure(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if len(msg) > 2000 {
+		msg = msg[:2000] + "..."
+	}
+	h.mu.Lock()
+	h.failures = append(h.failures, msg)
+	h.mu.Unlock()
 }
 
 func lastLines(s string, n int) string {
@@ -321,7 +349,7 @@ func (h *haFleet) startCoord(c *coordProc) {
 	c.start(h.t)
 	testwait.ForEvery(h.t, time.Minute, 100*time.Millisecond, c.name+"'s /healthz", func() (bool, string) {
 		if !c.running() {
-			h.t.Fatalf("%s exited:\n%s", c.name, c.tail(20))
+			h.fatalf("%s exited:\n%s", c.name, c.tail(20))
 		}
 		resp, err := http.Get(c.health)
 		if err != nil {
@@ -454,7 +482,7 @@ func (h *haFleet) startCampaign(args ...string) string {
 			return true, ""
 		}
 		if strings.Contains(e, "not the leader; the leader is") || strings.Contains(e, "already") || strings.Contains(e, "exists") {
-			h.t.Fatalf("fleetcheck %s: exit %d: %s", strings.Join(args, " "), code, e)
+			h.fatalf("fleetcheck %s: exit %d: %s", strings.Join(args, " "), code, e)
 		}
 		return false, fmt.Sprintf("exit %d: %s", code, strings.TrimSpace(e))
 	})
@@ -528,17 +556,17 @@ func (h *haFleet) inject(f fault, campaign string) {
 		err := h.pg.Restart(ctx)
 		cancel()
 		if err != nil {
-			h.t.Fatalf("restart PostgreSQL: %v", err)
+			h.fatalf("restart PostgreSQL: %v", err)
 		}
 		if h.pg.Port() != port {
-			h.t.Fatalf("PostgreSQL came back on port %d, not %d: the coordinators' store_url is stale", h.pg.Port(), port)
+			h.fatalf("PostgreSQL came back on port %d, not %d: the coordinators' store_url is stale", h.pg.Port(), port)
 		}
 		what = fmt.Sprintf("down for %s", f.hold.Round(time.Millisecond))
 	}
 	// Recovered: all three serve and one leads.
 	for _, c := range h.coords {
 		if !c.running() {
-			h.t.Fatalf("%s exited after %s:\n%s", c.name, f.kind, c.tail(20))
+			h.fatalf("%s exited after %s:\n%s", c.name, f.kind, c.tail(20))
 		}
 	}
 	nc, _ := h.waitLeader(0, time.Minute)
@@ -580,13 +608,13 @@ func (h *haFleet) checkStoredOnce(campaign string) {
 	for _, a := range h.agents {
 		acked := a.ackedIDs()
 		if len(acked) == 0 {
-			h.t.Errorf("after the %s: %s: no result acknowledged at all", campaign, a.node)
+			h.errorf("after the %s: %s: no result acknowledged at all", campaign, a.node)
 			continue
 		}
 		stored := map[string]bool{}
 		rows, err := h.db.QueryContext(ctx, `SELECT id FROM results WHERE node = $1`, a.node)
 		if err != nil {
-			h.t.Fatalf("read results: %v", err)
+			h.fatalf("read results: %v", err)
 		}
 		for rows.Next() {
 			var id string
@@ -606,13 +634,13 @@ func (h *haFleet) checkStoredOnce(campaign string) {
 			}
 		}
 		if len(missing) > 0 {
-			h.t.Errorf("after the %s: %s: %d of %d acknowledged results not stored: %v", campaign, a.node, len(missing), len(acked), first(missing, 5))
+			h.errorf("after the %s: %s: %d of %d acknowledged results not stored: %v", campaign, a.node, len(missing), len(acked), first(missing, 5))
 		}
 	}
 	rows, err := h.db.QueryContext(ctx, `SELECT node, result_id, check_name, count(*) FROM check_results
 		GROUP BY node, result_id, check_name HAVING count(*) > 1 ORDER BY 1, 2, 3 LIMIT 10`)
 	if err != nil {
-		h.t.Fatalf("read check results: %v", err)
+		h.fatalf("read check results: %v", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -621,7 +649,7 @@ func (h *haFleet) checkStoredOnce(campaign string) {
 		if err := rows.Scan(&node, &id, &check, &n); err != nil {
 			h.t.Fatal(err)
 		}
-		h.t.Errorf("after the %s: %s: result %s check %s stored %d times", campaign, node, id, check, n)
+		h.errorf("after the %s: %s: result %s check %s stored %d times", campaign, node, id, check, n)
 	}
 	if err := rows.Err(); err != nil {
 		h.t.Fatal(err)
@@ -649,7 +677,7 @@ func (h *haFleet) checkMaxUnavailable(id string) {
 	rows, err := h.db.QueryContext(context.Background(),
 		`SELECT time, node, from_state, to_state FROM rollout_events WHERE rollout = $1 AND kind = 'transition' ORDER BY id`, id)
 	if err != nil {
-		h.t.Fatalf("read rollout events: %v", err)
+		h.fatalf("read rollout events: %v", err)
 	}
 	defer rows.Close()
 	state := map[string]string{}
@@ -676,12 +704,12 @@ func (h *haFleet) checkMaxUnavailable(id string) {
 		h.t.Fatal(err)
 	}
 	if transitions == 0 {
-		h.t.Errorf("rollout %s: no transitions stored", id)
+		h.errorf("rollout %s: no transitions stored", id)
 	}
 	h.note("rollout %s: at most %d nodes out of service at once (max_unavailable %d; %d transitions stored; peak at %s)",
 		id, peak, h.o.maxUnavail, transitions, peakAt)
 	if peak > h.o.maxUnavail {
-		h.t.Errorf("rollout %s: %d nodes out of service at once at %s, max_unavailable %d", id, peak, peakAt, h.o.maxUnavail)
+		h.errorf("rollout %s: %d nodes out of service at once at %s, max_unavailable %d", id, peak, peakAt, h.o.maxUnavail)
 	}
 }
 
@@ -703,7 +731,7 @@ func (h *haFleet) drains() []drainRec {
 			if strings.Contains(err.Error(), "does not exist") {
 				return // that engine's tables are not there yet
 			}
-			h.t.Fatalf("read drains: %v", err)
+			h.fatalf("read drains: %v", err)
 		}
 		defer rows.Close()
 		for rows.Next() {
@@ -733,7 +761,7 @@ func (h *haFleet) drains() []drainRec {
 			At    time.Time `json:"at"`
 		}
 		if err := json.Unmarshal([]byte(data), &d); err != nil {
-			h.t.Fatalf("sweep drain %s: %v", data, err)
+			h.fatalf("sweep drain %s: %v", data, err)
 		}
 		return drainRec{node: d.Node, by: id, at: d.At}, d.State != "refused"
 	})
@@ -771,7 +799,7 @@ func (h *haFleet) checkBreaker(campaign string) {
 			for n := range in {
 				names = append(names, n)
 			}
-			h.t.Errorf("after the %s: drain circuit breaker exceeded: %d distinct nodes drained within %s before %s (%s for %s), limit %d: %v",
+			h.errorf("after the %s: drain circuit breaker exceeded: %d distinct nodes drained within %s before %s (%s for %s), limit %d: %v",
 				campaign, len(in), h.o.breakerWindow, d.at.Format(time.RFC3339Nano), d.node, d.by, limit, first(names, 20))
 			return
 		}
@@ -795,7 +823,7 @@ func (h *haFleet) storedRate(ws []window) (float64, time.Duration) {
 		err := h.db.QueryRowContext(context.Background(), `SELECT count(*) FROM check_results WHERE stored >= $1 AND stored < $2`,
 			w.from.UnixMilli(), w.to.UnixMilli()).Scan(&c)
 		if err != nil {
-			h.t.Fatalf("count check results: %v", err)
+			h.fatalf("count check results: %v", err)
 		}
 		n += c
 		span += w.to.Sub(w.from)
@@ -934,14 +962,14 @@ validation:
 	})
 	h.note("rollout %s ended %s (halt reason %q)", rid, d.summary(), d.HaltReason)
 	if d.Phase != "completed" {
-		t.Errorf("rollout stopped %s (halt reason %q, pause reason %q): a healthy fleet, only its coordinators and database hit",
+		h.errorf("rollout stopped %s (halt reason %q, pause reason %q): a healthy fleet, only its coordinators and database hit",
 			d.Phase, d.HaltReason, d.PauseReason)
 	}
 	want := map[string]int{}
 	for _, name := range h.nodeNames() {
 		want[name] = 1
 		if nd := d.node(name); d.Phase == "completed" && (nd.State != "done" || nd.Upgrades != 1) {
-			t.Errorf("rollout completed with %s %s after %d upgrades (%s)", name, nd.State, nd.Upgrades, nd.Reason)
+			h.errorf("rollout completed with %s %s after %d upgrades (%s)", name, nd.State, nd.Upgrades, nd.Reason)
 		}
 	}
 	if d.Phase == "completed" {
@@ -974,11 +1002,11 @@ validation:
 	r := h.waitSweep(sid, 8*time.Minute, "the sweep to finish", func(r sweepReport) bool { return r.State != "running" })
 	h.note("sweep %s ended %s", sid, r.summary())
 	if r.State != "done" || r.Tested != len(h.agents) || r.Incomplete != "" || len(r.Skipped) != 0 {
-		t.Errorf("sweep ended %s: want done, every node tested, none skipped", r.summary())
+		h.errorf("sweep ended %s: want done, every node tested, none skipped", r.summary())
 	}
 	for _, v := range r.Verdicts {
 		if v.Verdict != "pass" && v.Verdict != "ok" {
-			t.Errorf("sweep flagged %s %s (%s) on a healthy fleet", v.Subject, v.Verdict, v.Reason)
+			h.errorf("sweep flagged %s %s (%s) on a healthy fleet", v.Subject, v.Verdict, v.Reason)
 		}
 	}
 	h.checkUpgradedAtMostOnce(nil)
@@ -1011,7 +1039,7 @@ who: oncall@example.com
 	br := h.waitBurnin(bid, 8*time.Minute, "the burn-in to finish", func(r burninReport) bool { return r.Campaign.State != "running" })
 	h.note("burn-in %s ended %s (%s)", bid, br.summary(), br.Campaign.Reason)
 	if br.Campaign.State != "done" {
-		t.Errorf("burn-in ended %s: %s", br.Campaign.State, br.Campaign.Reason)
+		h.errorf("burn-in ended %s: %s", br.Campaign.State, br.Campaign.Reason)
 	}
 	var bad []string
 	for _, nd := range br.Nodes {
@@ -1020,7 +1048,7 @@ who: oncall@example.com
 		}
 	}
 	if len(bad) > 0 || len(br.Nodes) != len(h.agents) {
-		t.Errorf("burn-in: %d nodes, not accepted: %v (healthy nodes; only coordinators and the database were hit)", len(br.Nodes), bad)
+		h.errorf("burn-in: %d nodes, not accepted: %v (healthy nodes; only coordinators and the database were hit)", len(br.Nodes), bad)
 	}
 	h.checkUpgradedAtMostOnce(nil)
 	h.checkBreaker("burn-in")
@@ -1041,12 +1069,12 @@ who: oncall@example.com
 		})
 		h.note("rollback of %s ended %s (halt reason %q)", rid, d.summary(), d.HaltReason)
 		if d.Phase != "rolled-back" {
-			t.Errorf("rollback ended %s (halt %q, pause %q)", d.Phase, d.HaltReason, d.PauseReason)
+			h.errorf("rollback ended %s (halt %q, pause %q)", d.Phase, d.HaltReason, d.PauseReason)
 		}
 		for _, a := range h.agents {
 			st := a.simState(t)
 			if nd := d.node(a.node); nd.State != "rolled-back" || st.Driver != fromDriver || st.Actions["driver-rollback"] != 1 {
-				t.Errorf("%s after the rollback: %s (%s), driver %s, %d rollbacks", a.node, nd.State, nd.Reason, st.Driver, st.Actions["driver-rollback"])
+				h.errorf("%s after the rollback: %s (%s), driver %s, %d rollbacks", a.node, nd.State, nd.Reason, st.Driver, st.Actions["driver-rollback"])
 			}
 		}
 		h.checkUpgradedAtMostOnce(nil)
@@ -1067,11 +1095,11 @@ who: oncall@example.com
 	}
 	for _, k := range faultKinds {
 		if h.injected[k] == 0 {
-			t.Errorf("no %q injected: the campaigns ended before the schedule reached it (seed %d)", k, seed)
+			h.errorf("no %q injected: the campaigns ended before the schedule reached it (seed %d)", k, seed)
 		}
 	}
 	if least := min(o.faults, 20); len(h.faultWins) < least {
-		t.Errorf("%d faults injected, want at least %d of the %d scheduled (seed %d)", len(h.faultWins), least, o.faults, seed)
+		h.errorf("%d faults injected, want at least %d of the %d scheduled (seed %d)", len(h.faultWins), least, o.faults, seed)
 	}
 }
 
