@@ -9,7 +9,8 @@
 # wants the machine to itself.
 #
 # Knobs: AGENTS, BIG_AGENTS (0 skips the big run), SUSTAIN (10s), CHECK_RUNS (3),
-# BUNDLE, KEEP=1 keeps the work directory (logs, databases), PG_OPTS (more
+# BUNDLE, FLEETCHECK (a fleetcheck binary to measure instead of building
+# this tree's, for before/after pairs), KEEP=1 keeps the work directory (logs, databases), PG_OPTS (more
 # server options, e.g. "-c shared_preload_libraries=pg_stat_statements"), STORE: sqlite
 # (default), postgres, or both (the AGENTS run once on each, side by side;
 # PostgreSQL is a local server this script starts from Debian's
@@ -55,7 +56,11 @@ cleanup() {
 trap cleanup EXIT
 
 echo "building fleetcheck and fleetcheck-loadgen..." >&2
-$GO build -o "$work/fleetcheck" ./cmd/fleetcheck
+if [[ -n ${FLEETCHECK:-} ]]; then
+	cp "$FLEETCHECK" "$work/fleetcheck" # a build to compare (A/B runs)
+else
+	$GO build -o "$work/fleetcheck" ./cmd/fleetcheck
+fi
 $GO build -o "$work/fleetcheck-loadgen" ./cmd/fleetcheck-loadgen
 lg="$work/fleetcheck-loadgen"
 

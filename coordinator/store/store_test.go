@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -520,6 +521,63 @@ func TestBackupOnPostgresNamesPgDump(t *testing.T) {
 	}
 	if _, err := os.Stat(dest); !os.IsNotExist(err) {
 		t.Fatalf("a refused backup left %s", dest)
+	}
+}
+
+// A check result's metrics up to a page are stored uncompressed on
+// PostgreSQL (schema 6: pglz was the server's largest cost at ingest),
+// larger ones still compressed, and both read back whole.
+func TestPostgresStoresPageSizedMetricsUncompressed(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.URL(t), nil)
+	defer s.Close()
+	ctx := context.Background()
+	metrics := func(n int) map[string]float64 {
+		m := make(map[string]float64, n)
+		for i := range n {
+			m[fmt.Sprintf("mlx5_%d.port1.counter_%03d", i%8, i)] = float64(i) * 1.5
+		}
+		return m
+	}
+	r := eccResult("r1", "gpu-001", time.Now(), report.Pass)
+	r.Checks[0].Metrics = metrics(180) // ~7 KB of JSON, as ib.counters sends
+	r.Checks[1].Metrics = metrics(600) // ~24 KB: past a page
+	if _, err := s.Ingest(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.w.QueryContext(ctx, `SELECT check_name, length(metrics), COALESCE(pg_column_compression(metrics), '')
+		FROM check_results WHERE result_id = 'r1' ORDER BY check_name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]string{}
+	for rows.Next() {
+		var name, compression string
+		var n int
+		if err := rows.Scan(&name, &n, &compression); err != nil {
+			t.Fatal(err)
+		}
+		got[name] = compression
+		t.Logf("%s: %d bytes of metrics, compression %q", name, n, compression)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got["gpu.ecc"] != "" || got["ib.ports"] == "" {
+		t.Fatalf("compression by check = %q, want gpu.ecc's ~7 KB stored as sent and ib.ports' ~24 KB compressed", got)
+	}
+	back, err := s.LoadResult(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Checks) != 2 {
+		t.Fatalf("read back %d check results, want 2", len(back.Checks))
+	}
+	for i, c := range back.Checks {
+		if want := r.Checks[i].Metrics; !maps.Equal(c.Metrics, want) {
+			t.Fatalf("%s read back %d metrics unlike the %d sent", c.Name, len(c.Metrics), len(want))
+		}
 	}
 }
 
