@@ -514,10 +514,10 @@ func TestMultiNodeParticipantsValidated(t *testing.T) {
 		t.Errorf("launched %q (%d ranks), want %q", run.Argv, run.Ranks, want)
 	}
 	chk := r.GetChecks()[0]
-	bw := chk.GetMetrics()["nccl.allreduce2.busbw_gbps"]
+	bw := wire.MetricsFromProto(chk.GetMetrics())["nccl.allreduce2.busbw_gbps"]
 	if chk.GetName() != "nccl.allreduce" || chk.GetStatus() != "pass" || bw < 440 || bw > 490 ||
-		chk.GetMetrics()["nccl.allreduce.busbw_gbps"] != bw || !strings.Contains(chk.GetReason(), "2-node run x11") {
-		t.Errorf("2-node result: %s %s %q metrics %v", chk.GetName(), chk.GetStatus(), chk.GetReason(), chk.GetMetrics())
+		wire.MetricsFromProto(chk.GetMetrics())["nccl.allreduce.busbw_gbps"] != bw || !strings.Contains(chk.GetReason(), "2-node run x11") {
+		t.Errorf("2-node result: %s %s %q metrics %v", chk.GetName(), chk.GetStatus(), chk.GetReason(), wire.MetricsFromProto(chk.GetMetrics()))
 	}
 }
 
@@ -546,13 +546,13 @@ func TestMultiNodePeerReservation(t *testing.T) {
 	// The run ends: the peer reports the launcher's measurement as its side.
 	c.send(t, &fleetcheckv1.CoordinatorMessage{Msg: &fleetcheckv1.CoordinatorMessage_EndMulti{EndMulti: &fleetcheckv1.EndMulti{
 		MultiId: "mp1", Launcher: "gpu-002", LauncherResultId: "r-launch",
-		Check: &fleetcheckv1.CheckResult{Name: "nccl.allreduce", Status: "pass", Metrics: map[string]float64{"nccl.allreduce2.busbw_gbps": 461.5}},
+		Check: &fleetcheckv1.CheckResult{Name: "nccl.allreduce", Status: "pass", Metrics: wire.MetricsToProto(map[string]float64{"nccl.allreduce2.busbw_gbps": 461.5})},
 	}}})
 	r := resultOf(t, c, "p1")
 	chk := r.GetChecks()[0]
-	if chk.GetStatus() != "pass" || chk.GetMetrics()["nccl.allreduce2.busbw_gbps"] != 461.5 ||
+	if chk.GetStatus() != "pass" || wire.MetricsFromProto(chk.GetMetrics())["nccl.allreduce2.busbw_gbps"] != 461.5 ||
 		!strings.Contains(chk.GetReason(), "measured by launcher gpu-002 (result r-launch)") {
-		t.Errorf("peer side: %s %q %v", chk.GetStatus(), chk.GetReason(), chk.GetMetrics())
+		t.Errorf("peer side: %s %q %v", chk.GetStatus(), chk.GetReason(), wire.MetricsFromProto(chk.GetMetrics()))
 	}
 	// Released: a disruptive check runs again.
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "w2", Checks: []string{"nccl.allreduce"}, TimeoutMs: 10000})
@@ -607,7 +607,7 @@ func TestRunChecksParams(t *testing.T) {
 	// Accepted parameters reach the tool: the sweep stops at 1 GiB.
 	c.runChecks(t, &fleetcheckv1.RunChecks{WorkId: "g1", Checks: []string{"nccl.allreduce"}, Params: map[string]string{"max_bytes": "1G"}, TimeoutMs: 10000})
 	chk := resultOf(t, c, "g1").GetChecks()[0]
-	if got := chk.GetMetrics()["nccl.allreduce.size_bytes"]; got != 1<<30 {
+	if got := wire.MetricsFromProto(chk.GetMetrics())["nccl.allreduce.size_bytes"]; got != 1<<30 {
 		t.Errorf("largest size %v, want 1 GiB (%s %q)", got, chk.GetStatus(), chk.GetReason())
 	}
 }

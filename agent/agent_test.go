@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	"maps"
 	"os"
 	"slices"
@@ -260,7 +261,7 @@ func TestRestartDeliversSpoolAndKeepsState(t *testing.T) {
 	newEvents := func(r *fleetcheckv1.Result) float64 {
 		for _, ch := range r.GetChecks() {
 			if ch.GetName() == "gpu.xid" {
-				return ch.GetMetrics()["xid.new_event_count"]
+				return wire.MetricsFromProto(ch.GetMetrics())["xid.new_event_count"]
 			}
 		}
 		t.Fatalf("no gpu.xid in result %s", r.GetId())

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +16,11 @@ import (
 func ncclResult(node string, busbw float64, driver string) *pb.Result {
 	id, seq := nextID(node)
 	now := time.Now().UnixMilli() + int64(seq)
-	c := &pb.CheckResult{Name: "nccl.allreduce", Status: "pass", Metrics: map[string]float64{"nccl.allreduce.algbw_gbps": 300}}
+	metrics := map[string]float64{"nccl.allreduce.algbw_gbps": 300}
 	if busbw > 0 {
-		c.Metrics[baselines.MetricAllReduceBusBW] = busbw
+		metrics[baselines.MetricAllReduceBusBW] = busbw
 	}
+	c := &pb.CheckResult{Name: "nccl.allreduce", Status: "pass", Metrics: wire.MetricsToProto(metrics)}
 	r := &pb.Result{Id: id, Node: node, StartedUnixMs: now - 100, FinishedUnixMs: now, Status: "pass", Checks: []*pb.CheckResult{c}}
 	if driver != "" {
 		r.Inventory = &pb.Inventory{DriverVersion: driver, RdmaStack: "MLNX_OFED 23.10-1.1.9.0"}

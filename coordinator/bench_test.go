@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +22,7 @@ func oneCheck(node string, i int) *pb.Result {
 	return &pb.Result{
 		Id: fmt.Sprintf("%s-%d", node, i), Node: node, StartedUnixMs: now - 3, FinishedUnixMs: now, Status: "pass",
 		Checks: []*pb.CheckResult{{Name: "gpu.ecc", Status: "pass", DurationMs: 2.5,
-			Metrics: map[string]float64{"gpu0.ecc.dram_uncorrectable": 0, "gpu0.ecc.sram_correctable": 3}}},
+			Metrics: wire.MetricsToProto(map[string]float64{"gpu0.ecc.dram_uncorrectable": 0, "gpu0.ecc.sram_correctable": 3})}},
 	}
 }
 
@@ -116,7 +117,7 @@ func manyChecks(node string, i, n int) *pb.Result {
 	r := oneCheck(node, i)
 	for c := 1; c < n; c++ {
 		r.Checks = append(r.Checks, &pb.CheckResult{Name: fmt.Sprintf("check.%02d", c), Status: "pass", DurationMs: 1.5,
-			Metrics: map[string]float64{"a": float64(c), "b": 0.5}})
+			Metrics: wire.MetricsToProto(map[string]float64{"a": float64(c), "b": 0.5})})
 	}
 	return r
 }

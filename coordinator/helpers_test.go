@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	"io"
 	"strings"
 	"sync"
@@ -260,13 +261,13 @@ func nextID(prefix string) (string, int) {
 func result(node string, eccFail bool) *pb.Result {
 	id, seq := nextID(node)
 	now := time.Now().UnixMilli() + int64(seq)
-	ecc := &pb.CheckResult{Name: "gpu.ecc", Status: "pass", DurationMs: 1.2, Metrics: map[string]float64{"gpu3.ecc.dram_uncorrectable": 0}}
+	ecc := &pb.CheckResult{Name: "gpu.ecc", Status: "pass", DurationMs: 1.2, Metrics: wire.MetricsToProto(map[string]float64{"gpu3.ecc.dram_uncorrectable": 0})}
 	st := "pass"
 	if eccFail {
 		st = "fail"
 		ecc.Status = "fail"
 		ecc.Findings = []*pb.Finding{{Severity: "fail", Component: "GPU3", Code: "ECC_UNCORRECTABLE", Message: "2 uncorrectable DRAM errors", Action: "replace"}}
-		ecc.Metrics["gpu3.ecc.dram_uncorrectable"] = 2
+		ecc.Metrics[0].Value = 2 // gpu3.ecc.dram_uncorrectable
 	}
 	return &pb.Result{Id: id, Node: node, StartedUnixMs: now - 100, FinishedUnixMs: now, Status: st, Full: true,
 		Checks: []*pb.CheckResult{ecc, {Name: "ib.ports", Status: "pass"}}}

@@ -7,6 +7,7 @@
 package wire
 
 import (
+	"slices"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
@@ -113,15 +114,14 @@ func ChecksFromProto(cs []*pb.CheckResult) []report.CheckResult {
 	return out
 }
 
-// CheckToProto converts one check result. The metrics map is shared, not
-// copied: a message is built to be sent, not kept.
+// CheckToProto converts one check result.
 func CheckToProto(c report.CheckResult) *pb.CheckResult {
 	out := &pb.CheckResult{
 		Name:       c.Name,
 		Status:     string(c.Status),
 		DurationMs: c.DurationMS,
 		Reason:     c.Reason,
-		Metrics:    c.Metrics,
+		Metrics:    MetricsToProto(c.Metrics),
 	}
 	if len(c.Findings) > 0 {
 		out.Findings = make([]*pb.Finding, 0, len(c.Findings))
@@ -132,11 +132,43 @@ func CheckToProto(c report.CheckResult) *pb.CheckResult {
 	return out
 }
 
+// MetricsToProto writes a metrics map as the message's entries, in name
+// order (the same bytes for the same metrics; a coordinator's JSON of
+// them then finds the names in the order it remembers). One allocation
+// holds every entry.
+func MetricsToProto(m map[string]float64) []*pb.Metric {
+	if len(m) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	entries := make([]pb.Metric, len(names))
+	out := make([]*pb.Metric, len(names))
+	for i, k := range names {
+		entries[i].Key, entries[i].Value = k, m[k]
+		out[i] = &entries[i]
+	}
+	return out
+}
+
+// MetricsFromProto reads the message's entries into a map (nil for none;
+// a name sent twice keeps its last value, as a map field would).
+func MetricsFromProto(ms []*pb.Metric) map[string]float64 {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(ms))
+	for _, e := range ms {
+		out[e.GetKey()] = e.GetValue()
+	}
+	return out
+}
+
 // CheckFromProto converts one check result. Findings are never nil (the
-// report's JSON says [] for none); metrics are nil when there are none,
-// otherwise the message's own map, not a copy: a result carries hundreds
-// of metrics, a coordinator converts thousands of results a second, and the
-// message is dropped once converted. Copy it before changing either.
+// report's JSON says [] for none); metrics are nil when there are none.
 func CheckFromProto(c *pb.CheckResult) report.CheckResult {
 	out := report.CheckResult{
 		Name:       c.GetName(),
@@ -148,9 +180,7 @@ func CheckFromProto(c *pb.CheckResult) report.CheckResult {
 	for _, f := range c.GetFindings() {
 		out.Findings = append(out.Findings, FindingFromProto(f))
 	}
-	if len(c.GetMetrics()) > 0 {
-		out.Metrics = c.GetMetrics()
-	}
+	out.Metrics = MetricsFromProto(c.GetMetrics())
 	return out
 }
 

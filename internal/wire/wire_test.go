@@ -1,9 +1,13 @@
 package wire
 
 import (
+	"bytes"
 	"context"
+	"google.golang.org/protobuf/encoding/protowire"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -170,19 +174,63 @@ func TestTimes(t *testing.T) {
 	}
 }
 
-func TestCheckFromProtoSharesMetrics(t *testing.T) {
+func TestMetricsEntries(t *testing.T) {
 	t.Parallel()
-	p := &pb.CheckResult{Name: "gpu.thermal", Status: "pass", Metrics: map[string]float64{"gpu0.temp_c": 41}}
-	c := CheckFromProto(p)
-	if c.Metrics["gpu0.temp_c"] != 41 || len(c.Metrics) != 1 {
-		t.Fatalf("metrics %v", c.Metrics)
+	m := map[string]float64{"gpu1.temp_c": 44, "gpu0.temp_c": 41, "a.count": 0, "z": -1.5}
+	entries := MetricsToProto(m)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.GetKey())
 	}
-	// Shared, not copied (documented): converting must not cost a map per check.
-	p.Metrics["gpu0.temp_c"] = 42
-	if c.Metrics["gpu0.temp_c"] != 42 {
-		t.Error("metrics were copied")
+	if want := []string{"a.count", "gpu0.temp_c", "gpu1.temp_c", "z"}; !slices.Equal(names, want) {
+		t.Fatalf("entries in order %v, want %v", names, want)
 	}
-	if c := CheckFromProto(&pb.CheckResult{Name: "x", Status: "pass", Metrics: map[string]float64{}}); c.Metrics != nil {
+	if got := CheckFromProto(&pb.CheckResult{Name: "gpu.thermal", Status: "pass", Metrics: entries}).Metrics; !maps.Equal(got, m) {
+		t.Fatalf("round trip %v, want %v", got, m)
+	}
+	// A name sent twice keeps its last value, as a map field's decoding does.
+	twice := []*pb.Metric{{Key: "x", Value: 1}, {Key: "x", Value: 2}}
+	if got := MetricsFromProto(twice); len(got) != 1 || got["x"] != 2 {
+		t.Fatalf("repeated name: %v", got)
+	}
+	if MetricsToProto(nil) != nil || MetricsToProto(map[string]float64{}) != nil {
+		t.Error("no metrics must send no entries")
+	}
+	if c := CheckFromProto(&pb.CheckResult{Name: "x", Status: "pass", Metrics: []*pb.Metric{}}); c.Metrics != nil {
 		t.Errorf("empty metrics: %v, want nil", c.Metrics)
+	}
+}
+
+// The entries are a map<string, double> on the wire: a message from an
+// agent built with the map (an older release) decodes into them, and the
+// entries decode as that map.
+func TestMetricsWireCompatibleWithMap(t *testing.T) {
+	t.Parallel()
+	m := map[string]float64{"gpu0.temp_c": 41, "ib.mlx5_0.symbol_error": 3}
+	// Field 6 as a map writes one length-delimited entry per name, with
+	// the key as field 1 and the value as field 2 (protobuf's map encoding).
+	var asMap []byte
+	for _, k := range []string{"gpu0.temp_c", "ib.mlx5_0.symbol_error"} {
+		var entry []byte
+		entry = protowire.AppendTag(entry, 1, protowire.BytesType)
+		entry = protowire.AppendString(entry, k)
+		entry = protowire.AppendTag(entry, 2, protowire.Fixed64Type)
+		entry = protowire.AppendFixed64(entry, math.Float64bits(m[k]))
+		asMap = protowire.AppendTag(asMap, 6, protowire.BytesType)
+		asMap = protowire.AppendBytes(asMap, entry)
+	}
+	var got pb.CheckResult
+	if err := proto.Unmarshal(asMap, &got); err != nil {
+		t.Fatal(err)
+	}
+	if back := MetricsFromProto(got.GetMetrics()); !maps.Equal(back, m) {
+		t.Fatalf("map-encoded metrics read as %v, want %v", back, m)
+	}
+	ours, err := proto.MarshalOptions{Deterministic: true}.Marshal(&pb.CheckResult{Metrics: MetricsToProto(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ours, asMap) {
+		t.Fatalf("entries marshal as %x, a map as %x", ours, asMap)
 	}
 }

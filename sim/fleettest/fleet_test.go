@@ -3,6 +3,7 @@ package fleettest
 import (
 	"context"
 	"fmt"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	"io"
 	"slices"
 	"strings"
@@ -284,7 +285,7 @@ func TestDuplicateResultStoredOnce(t *testing.T) {
 	result := func(id string) *pb.Result {
 		return &pb.Result{Id: id, Node: "gpu-d1", StartedUnixMs: now - 40, FinishedUnixMs: now, Status: "fail", Full: true,
 			Checks: []*pb.CheckResult{
-				{Name: "gpu.ecc", Status: "fail", DurationMs: 1.5, Metrics: map[string]float64{"gpu3.ecc.dram_uncorrectable": 2},
+				{Name: "gpu.ecc", Status: "fail", DurationMs: 1.5, Metrics: wire.MetricsToProto(map[string]float64{"gpu3.ecc.dram_uncorrectable": 2}),
 					Findings: []*pb.Finding{{Severity: "fail", Component: "GPU3", Code: "ECC_UNCORRECTABLE", Message: "2 uncorrectable", Action: "drain"}}},
 				{Name: "ib.ports", Status: "pass", DurationMs: 0.4},
 			}}

@@ -180,7 +180,7 @@ func (x ActionStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ActionStatus_State.Descriptor instead.
 func (ActionStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17, 0}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type WorkStatus_State int32
@@ -232,7 +232,7 @@ func (x WorkStatus_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WorkStatus_State.Descriptor instead.
 func (WorkStatus_State) EnumDescriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18, 0}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type GossipKeyOp_Op int32
@@ -284,7 +284,7 @@ func (x GossipKeyOp_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GossipKeyOp_Op.Descriptor instead.
 func (GossipKeyOp_Op) EnumDescriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19, 0}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type AgentMessage struct {
@@ -1043,13 +1043,19 @@ func (x *Result) GetTrigger() string {
 }
 
 type CheckResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // pass|warn|fail|error|skip
-	DurationMs    float64                `protobuf:"fixed64,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	Findings      []*Finding             `protobuf:"bytes,5,rep,name=findings,proto3" json:"findings,omitempty"`
-	Metrics       map[string]float64     `protobuf:"bytes,6,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Status     string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // pass|warn|fail|error|skip
+	DurationMs float64                `protobuf:"fixed64,3,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Reason     string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Findings   []*Finding             `protobuf:"bytes,5,rep,name=findings,proto3" json:"findings,omitempty"`
+	// Name → value. On the wire exactly a map<string, double> (a map field
+	// is sugar for these entries), so agents and coordinators of either
+	// form read each other; declared as entries because protobuf-go decodes
+	// a map through reflection: a coordinator storing ~20,000 check results
+	// a second spent about 40 % of its CPU there. Names are unique; a name
+	// sent twice keeps its last value, as a map would.
+	Metrics       []*Metric `protobuf:"bytes,6,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1119,11 +1125,63 @@ func (x *CheckResult) GetFindings() []*Finding {
 	return nil
 }
 
-func (x *CheckResult) GetMetrics() map[string]float64 {
+func (x *CheckResult) GetMetrics() []*Metric {
 	if x != nil {
 		return x.Metrics
 	}
 	return nil
+}
+
+type Metric struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Metric) Reset() {
+	*x = Metric{}
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Metric) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Metric) ProtoMessage() {}
+
+func (x *Metric) ProtoReflect() protoreflect.Message {
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Metric.ProtoReflect.Descriptor instead.
+func (*Metric) Descriptor() ([]byte, []int) {
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Metric) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Metric) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
 }
 
 type Finding struct {
@@ -1140,7 +1198,7 @@ type Finding struct {
 
 func (x *Finding) Reset() {
 	*x = Finding{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[8]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1210,7 @@ func (x *Finding) String() string {
 func (*Finding) ProtoMessage() {}
 
 func (x *Finding) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[8]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1223,7 @@ func (x *Finding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finding.ProtoReflect.Descriptor instead.
 func (*Finding) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{8}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Finding) GetSeverity() string {
@@ -1225,7 +1283,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[9]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1295,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[9]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1308,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{9}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Inventory) GetDriverVersion() string {
@@ -1317,7 +1375,7 @@ type GPU struct {
 
 func (x *GPU) Reset() {
 	*x = GPU{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[10]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1387,7 @@ func (x *GPU) String() string {
 func (*GPU) ProtoMessage() {}
 
 func (x *GPU) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[10]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1400,7 @@ func (x *GPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GPU.ProtoReflect.Descriptor instead.
 func (*GPU) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{10}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GPU) GetIndex() int32 {
@@ -1406,7 +1464,7 @@ type HCA struct {
 
 func (x *HCA) Reset() {
 	*x = HCA{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[11]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1476,7 @@ func (x *HCA) String() string {
 func (*HCA) ProtoMessage() {}
 
 func (x *HCA) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[11]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1489,7 @@ func (x *HCA) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HCA.ProtoReflect.Descriptor instead.
 func (*HCA) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{11}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HCA) GetName() string {
@@ -1475,7 +1533,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[12]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1545,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[12]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1558,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{12}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Port) GetPort() int32 {
@@ -1553,7 +1611,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[13]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1623,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[13]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1636,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{13}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ack) GetResultId() string {
@@ -1638,7 +1696,7 @@ type RunChecks struct {
 
 func (x *RunChecks) Reset() {
 	*x = RunChecks{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1708,7 @@ func (x *RunChecks) String() string {
 func (*RunChecks) ProtoMessage() {}
 
 func (x *RunChecks) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[14]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1721,7 @@ func (x *RunChecks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunChecks.ProtoReflect.Descriptor instead.
 func (*RunChecks) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{14}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunChecks) GetWorkId() string {
@@ -1731,7 +1789,7 @@ type EndMulti struct {
 
 func (x *EndMulti) Reset() {
 	*x = EndMulti{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1801,7 @@ func (x *EndMulti) String() string {
 func (*EndMulti) ProtoMessage() {}
 
 func (x *EndMulti) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[15]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1814,7 @@ func (x *EndMulti) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndMulti.ProtoReflect.Descriptor instead.
 func (*EndMulti) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{15}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EndMulti) GetMultiId() string {
@@ -1820,7 +1878,7 @@ type RunAction struct {
 
 func (x *RunAction) Reset() {
 	*x = RunAction{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1890,7 @@ func (x *RunAction) String() string {
 func (*RunAction) ProtoMessage() {}
 
 func (x *RunAction) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[16]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1903,7 @@ func (x *RunAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAction.ProtoReflect.Descriptor instead.
 func (*RunAction) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{16}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RunAction) GetActionId() string {
@@ -1911,7 +1969,7 @@ type ActionStatus struct {
 
 func (x *ActionStatus) Reset() {
 	*x = ActionStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +1981,7 @@ func (x *ActionStatus) String() string {
 func (*ActionStatus) ProtoMessage() {}
 
 func (x *ActionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[17]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +1994,7 @@ func (x *ActionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActionStatus.ProtoReflect.Descriptor instead.
 func (*ActionStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{17}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ActionStatus) GetActionId() string {
@@ -1979,7 +2037,7 @@ type WorkStatus struct {
 
 func (x *WorkStatus) Reset() {
 	*x = WorkStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2049,7 @@ func (x *WorkStatus) String() string {
 func (*WorkStatus) ProtoMessage() {}
 
 func (x *WorkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[18]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2062,7 @@ func (x *WorkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkStatus.ProtoReflect.Descriptor instead.
 func (*WorkStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{18}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkStatus) GetWorkId() string {
@@ -2049,7 +2107,7 @@ type GossipKeyOp struct {
 
 func (x *GossipKeyOp) Reset() {
 	*x = GossipKeyOp{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2119,7 @@ func (x *GossipKeyOp) String() string {
 func (*GossipKeyOp) ProtoMessage() {}
 
 func (x *GossipKeyOp) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[19]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2132,7 @@ func (x *GossipKeyOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeyOp.ProtoReflect.Descriptor instead.
 func (*GossipKeyOp) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{19}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GossipKeyOp) GetOpId() string {
@@ -2109,7 +2167,7 @@ type GossipKeyStatus struct {
 
 func (x *GossipKeyStatus) Reset() {
 	*x = GossipKeyStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2179,7 @@ func (x *GossipKeyStatus) String() string {
 func (*GossipKeyStatus) ProtoMessage() {}
 
 func (x *GossipKeyStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[20]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2192,7 @@ func (x *GossipKeyStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeyStatus.ProtoReflect.Descriptor instead.
 func (*GossipKeyStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{20}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GossipKeyStatus) GetOpId() string {
@@ -2166,7 +2224,7 @@ type GossipMembersRequest struct {
 
 func (x *GossipMembersRequest) Reset() {
 	*x = GossipMembersRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2236,7 @@ func (x *GossipMembersRequest) String() string {
 func (*GossipMembersRequest) ProtoMessage() {}
 
 func (x *GossipMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[21]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2249,7 @@ func (x *GossipMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipMembersRequest.ProtoReflect.Descriptor instead.
 func (*GossipMembersRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{21}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{22}
 }
 
 type GossipMember struct {
@@ -2208,7 +2266,7 @@ type GossipMember struct {
 
 func (x *GossipMember) Reset() {
 	*x = GossipMember{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2278,7 @@ func (x *GossipMember) String() string {
 func (*GossipMember) ProtoMessage() {}
 
 func (x *GossipMember) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[22]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2291,7 @@ func (x *GossipMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipMember.ProtoReflect.Descriptor instead.
 func (*GossipMember) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{22}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GossipMember) GetName() string {
@@ -2288,7 +2346,7 @@ type GossipMembersResponse struct {
 
 func (x *GossipMembersResponse) Reset() {
 	*x = GossipMembersResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2358,7 @@ func (x *GossipMembersResponse) String() string {
 func (*GossipMembersResponse) ProtoMessage() {}
 
 func (x *GossipMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[23]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2371,7 @@ func (x *GossipMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipMembersResponse.ProtoReflect.Descriptor instead.
 func (*GossipMembersResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{23}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GossipMembersResponse) GetEnabled() bool {
@@ -2341,7 +2399,7 @@ type GossipKeysRequest struct {
 
 func (x *GossipKeysRequest) Reset() {
 	*x = GossipKeysRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2411,7 @@ func (x *GossipKeysRequest) String() string {
 func (*GossipKeysRequest) ProtoMessage() {}
 
 func (x *GossipKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[24]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2424,7 @@ func (x *GossipKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeysRequest.ProtoReflect.Descriptor instead.
 func (*GossipKeysRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{24}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GossipKeysRequest) GetOp() GossipKeyOp_Op {
@@ -2400,7 +2458,7 @@ type GossipKeyNodeStatus struct {
 
 func (x *GossipKeyNodeStatus) Reset() {
 	*x = GossipKeyNodeStatus{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2470,7 @@ func (x *GossipKeyNodeStatus) String() string {
 func (*GossipKeyNodeStatus) ProtoMessage() {}
 
 func (x *GossipKeyNodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[25]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2483,7 @@ func (x *GossipKeyNodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeyNodeStatus.ProtoReflect.Descriptor instead.
 func (*GossipKeyNodeStatus) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{25}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GossipKeyNodeStatus) GetNode() string {
@@ -2456,7 +2514,7 @@ type GossipKeysResponse struct {
 
 func (x *GossipKeysResponse) Reset() {
 	*x = GossipKeysResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2526,7 @@ func (x *GossipKeysResponse) String() string {
 func (*GossipKeysResponse) ProtoMessage() {}
 
 func (x *GossipKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[26]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2539,7 @@ func (x *GossipKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipKeysResponse.ProtoReflect.Descriptor instead.
 func (*GossipKeysResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{26}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GossipKeysResponse) GetKeyFingerprints() []string {
@@ -2529,7 +2587,7 @@ type NodeSummary struct {
 
 func (x *NodeSummary) Reset() {
 	*x = NodeSummary{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2599,7 @@ func (x *NodeSummary) String() string {
 func (*NodeSummary) ProtoMessage() {}
 
 func (x *NodeSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[27]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2612,7 @@ func (x *NodeSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSummary.ProtoReflect.Descriptor instead.
 func (*NodeSummary) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{27}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NodeSummary) GetName() string {
@@ -2629,7 +2687,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +2699,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[28]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +2712,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{28}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListNodesRequest) GetSelector() string {
@@ -2673,7 +2731,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2743,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[29]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2756,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{29}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListNodesResponse) GetNodes() []*NodeSummary {
@@ -2719,7 +2777,7 @@ type ListResultsRequest struct {
 
 func (x *ListResultsRequest) Reset() {
 	*x = ListResultsRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2789,7 @@ func (x *ListResultsRequest) String() string {
 func (*ListResultsRequest) ProtoMessage() {}
 
 func (x *ListResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[30]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2802,7 @@ func (x *ListResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResultsRequest.ProtoReflect.Descriptor instead.
 func (*ListResultsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{30}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListResultsRequest) GetNode() string {
@@ -2781,7 +2839,7 @@ type StoredCheckResult struct {
 
 func (x *StoredCheckResult) Reset() {
 	*x = StoredCheckResult{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2851,7 @@ func (x *StoredCheckResult) String() string {
 func (*StoredCheckResult) ProtoMessage() {}
 
 func (x *StoredCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[31]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2864,7 @@ func (x *StoredCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredCheckResult.ProtoReflect.Descriptor instead.
 func (*StoredCheckResult) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{31}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StoredCheckResult) GetResultId() string {
@@ -2853,7 +2911,7 @@ type ListResultsResponse struct {
 
 func (x *ListResultsResponse) Reset() {
 	*x = ListResultsResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2923,7 @@ func (x *ListResultsResponse) String() string {
 func (*ListResultsResponse) ProtoMessage() {}
 
 func (x *ListResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[32]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2936,7 @@ func (x *ListResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResultsResponse.ProtoReflect.Descriptor instead.
 func (*ListResultsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{32}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListResultsResponse) GetResults() []*StoredCheckResult {
@@ -2901,7 +2959,7 @@ type RunCheckRequest struct {
 
 func (x *RunCheckRequest) Reset() {
 	*x = RunCheckRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +2971,7 @@ func (x *RunCheckRequest) String() string {
 func (*RunCheckRequest) ProtoMessage() {}
 
 func (x *RunCheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[33]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +2984,7 @@ func (x *RunCheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCheckRequest.ProtoReflect.Descriptor instead.
 func (*RunCheckRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{33}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunCheckRequest) GetSelector() string {
@@ -2974,7 +3032,7 @@ type RunCheckProgress struct {
 
 func (x *RunCheckProgress) Reset() {
 	*x = RunCheckProgress{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3044,7 @@ func (x *RunCheckProgress) String() string {
 func (*RunCheckProgress) ProtoMessage() {}
 
 func (x *RunCheckProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[34]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3057,7 @@ func (x *RunCheckProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCheckProgress.ProtoReflect.Descriptor instead.
 func (*RunCheckProgress) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{34}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RunCheckProgress) GetTotal() int32 {
@@ -3077,7 +3135,7 @@ type NodeOutcome struct {
 
 func (x *NodeOutcome) Reset() {
 	*x = NodeOutcome{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3089,7 +3147,7 @@ func (x *NodeOutcome) String() string {
 func (*NodeOutcome) ProtoMessage() {}
 
 func (x *NodeOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[35]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3102,7 +3160,7 @@ func (x *NodeOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeOutcome.ProtoReflect.Descriptor instead.
 func (*NodeOutcome) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{35}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeOutcome) GetNode() string {
@@ -3147,7 +3205,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3217,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[36]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3230,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{36}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Event) GetId() int64 {
@@ -3230,7 +3288,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3300,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[37]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3313,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{37}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListEventsRequest) GetNode() string {
@@ -3288,7 +3346,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[38]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3358,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[38]
+	mi := &file_fleetcheck_v1_fleetcheck_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3371,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{38}
+	return file_fleetcheck_v1_fleetcheck_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -3392,18 +3450,18 @@ const file_fleetcheck_v1_fleetcheck_proto_rawDesc = "" +
 	"\tinventory\x18\b \x01(\v2\x18.fleetcheck.v1.InventoryR\tinventory\x12\x12\n" +
 	"\x04full\x18\t \x01(\bR\x04full\x12\x18\n" +
 	"\atrigger\x18\n" +
-	" \x01(\tR\atrigger\"\xa5\x02\n" +
+	" \x01(\tR\atrigger\"\xd7\x01\n" +
 	"\vCheckResult\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1f\n" +
 	"\vduration_ms\x18\x03 \x01(\x01R\n" +
 	"durationMs\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x122\n" +
-	"\bfindings\x18\x05 \x03(\v2\x16.fleetcheck.v1.FindingR\bfindings\x12A\n" +
-	"\ametrics\x18\x06 \x03(\v2'.fleetcheck.v1.CheckResult.MetricsEntryR\ametrics\x1a:\n" +
-	"\fMetricsEntry\x12\x10\n" +
+	"\bfindings\x18\x05 \x03(\v2\x16.fleetcheck.v1.FindingR\bfindings\x12/\n" +
+	"\ametrics\x18\x06 \x03(\v2\x15.fleetcheck.v1.MetricR\ametrics\"0\n" +
+	"\x06Metric\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xa7\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\xa7\x01\n" +
 	"\aFinding\x12\x1a\n" +
 	"\bseverity\x18\x01 \x01(\tR\bseverity\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x1c\n" +
@@ -3656,39 +3714,39 @@ var file_fleetcheck_v1_fleetcheck_proto_goTypes = []any{
 	(*Goodbye)(nil),               // 10: fleetcheck.v1.Goodbye
 	(*Result)(nil),                // 11: fleetcheck.v1.Result
 	(*CheckResult)(nil),           // 12: fleetcheck.v1.CheckResult
-	(*Finding)(nil),               // 13: fleetcheck.v1.Finding
-	(*Inventory)(nil),             // 14: fleetcheck.v1.Inventory
-	(*GPU)(nil),                   // 15: fleetcheck.v1.GPU
-	(*HCA)(nil),                   // 16: fleetcheck.v1.HCA
-	(*Port)(nil),                  // 17: fleetcheck.v1.Port
-	(*Ack)(nil),                   // 18: fleetcheck.v1.Ack
-	(*RunChecks)(nil),             // 19: fleetcheck.v1.RunChecks
-	(*EndMulti)(nil),              // 20: fleetcheck.v1.EndMulti
-	(*RunAction)(nil),             // 21: fleetcheck.v1.RunAction
-	(*ActionStatus)(nil),          // 22: fleetcheck.v1.ActionStatus
-	(*WorkStatus)(nil),            // 23: fleetcheck.v1.WorkStatus
-	(*GossipKeyOp)(nil),           // 24: fleetcheck.v1.GossipKeyOp
-	(*GossipKeyStatus)(nil),       // 25: fleetcheck.v1.GossipKeyStatus
-	(*GossipMembersRequest)(nil),  // 26: fleetcheck.v1.GossipMembersRequest
-	(*GossipMember)(nil),          // 27: fleetcheck.v1.GossipMember
-	(*GossipMembersResponse)(nil), // 28: fleetcheck.v1.GossipMembersResponse
-	(*GossipKeysRequest)(nil),     // 29: fleetcheck.v1.GossipKeysRequest
-	(*GossipKeyNodeStatus)(nil),   // 30: fleetcheck.v1.GossipKeyNodeStatus
-	(*GossipKeysResponse)(nil),    // 31: fleetcheck.v1.GossipKeysResponse
-	(*NodeSummary)(nil),           // 32: fleetcheck.v1.NodeSummary
-	(*ListNodesRequest)(nil),      // 33: fleetcheck.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),     // 34: fleetcheck.v1.ListNodesResponse
-	(*ListResultsRequest)(nil),    // 35: fleetcheck.v1.ListResultsRequest
-	(*StoredCheckResult)(nil),     // 36: fleetcheck.v1.StoredCheckResult
-	(*ListResultsResponse)(nil),   // 37: fleetcheck.v1.ListResultsResponse
-	(*RunCheckRequest)(nil),       // 38: fleetcheck.v1.RunCheckRequest
-	(*RunCheckProgress)(nil),      // 39: fleetcheck.v1.RunCheckProgress
-	(*NodeOutcome)(nil),           // 40: fleetcheck.v1.NodeOutcome
-	(*Event)(nil),                 // 41: fleetcheck.v1.Event
-	(*ListEventsRequest)(nil),     // 42: fleetcheck.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),    // 43: fleetcheck.v1.ListEventsResponse
-	nil,                           // 44: fleetcheck.v1.Hello.LabelsEntry
-	nil,                           // 45: fleetcheck.v1.CheckResult.MetricsEntry
+	(*Metric)(nil),                // 13: fleetcheck.v1.Metric
+	(*Finding)(nil),               // 14: fleetcheck.v1.Finding
+	(*Inventory)(nil),             // 15: fleetcheck.v1.Inventory
+	(*GPU)(nil),                   // 16: fleetcheck.v1.GPU
+	(*HCA)(nil),                   // 17: fleetcheck.v1.HCA
+	(*Port)(nil),                  // 18: fleetcheck.v1.Port
+	(*Ack)(nil),                   // 19: fleetcheck.v1.Ack
+	(*RunChecks)(nil),             // 20: fleetcheck.v1.RunChecks
+	(*EndMulti)(nil),              // 21: fleetcheck.v1.EndMulti
+	(*RunAction)(nil),             // 22: fleetcheck.v1.RunAction
+	(*ActionStatus)(nil),          // 23: fleetcheck.v1.ActionStatus
+	(*WorkStatus)(nil),            // 24: fleetcheck.v1.WorkStatus
+	(*GossipKeyOp)(nil),           // 25: fleetcheck.v1.GossipKeyOp
+	(*GossipKeyStatus)(nil),       // 26: fleetcheck.v1.GossipKeyStatus
+	(*GossipMembersRequest)(nil),  // 27: fleetcheck.v1.GossipMembersRequest
+	(*GossipMember)(nil),          // 28: fleetcheck.v1.GossipMember
+	(*GossipMembersResponse)(nil), // 29: fleetcheck.v1.GossipMembersResponse
+	(*GossipKeysRequest)(nil),     // 30: fleetcheck.v1.GossipKeysRequest
+	(*GossipKeyNodeStatus)(nil),   // 31: fleetcheck.v1.GossipKeyNodeStatus
+	(*GossipKeysResponse)(nil),    // 32: fleetcheck.v1.GossipKeysResponse
+	(*NodeSummary)(nil),           // 33: fleetcheck.v1.NodeSummary
+	(*ListNodesRequest)(nil),      // 34: fleetcheck.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),     // 35: fleetcheck.v1.ListNodesResponse
+	(*ListResultsRequest)(nil),    // 36: fleetcheck.v1.ListResultsRequest
+	(*StoredCheckResult)(nil),     // 37: fleetcheck.v1.StoredCheckResult
+	(*ListResultsResponse)(nil),   // 38: fleetcheck.v1.ListResultsResponse
+	(*RunCheckRequest)(nil),       // 39: fleetcheck.v1.RunCheckRequest
+	(*RunCheckProgress)(nil),      // 40: fleetcheck.v1.RunCheckProgress
+	(*NodeOutcome)(nil),           // 41: fleetcheck.v1.NodeOutcome
+	(*Event)(nil),                 // 42: fleetcheck.v1.Event
+	(*ListEventsRequest)(nil),     // 43: fleetcheck.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),    // 44: fleetcheck.v1.ListEventsResponse
+	nil,                           // 45: fleetcheck.v1.Hello.LabelsEntry
 	nil,                           // 46: fleetcheck.v1.RunChecks.ParamsEntry
 	nil,                           // 47: fleetcheck.v1.RunAction.ParamsEntry
 	nil,                           // 48: fleetcheck.v1.GossipMember.LabelsEntry
@@ -3697,29 +3755,29 @@ var file_fleetcheck_v1_fleetcheck_proto_goTypes = []any{
 var file_fleetcheck_v1_fleetcheck_proto_depIdxs = []int32{
 	7,  // 0: fleetcheck.v1.AgentMessage.hello:type_name -> fleetcheck.v1.Hello
 	11, // 1: fleetcheck.v1.AgentMessage.result:type_name -> fleetcheck.v1.Result
-	23, // 2: fleetcheck.v1.AgentMessage.work_status:type_name -> fleetcheck.v1.WorkStatus
+	24, // 2: fleetcheck.v1.AgentMessage.work_status:type_name -> fleetcheck.v1.WorkStatus
 	9,  // 3: fleetcheck.v1.AgentMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
-	22, // 4: fleetcheck.v1.AgentMessage.action_status:type_name -> fleetcheck.v1.ActionStatus
-	25, // 5: fleetcheck.v1.AgentMessage.gossip_key_status:type_name -> fleetcheck.v1.GossipKeyStatus
+	23, // 4: fleetcheck.v1.AgentMessage.action_status:type_name -> fleetcheck.v1.ActionStatus
+	26, // 5: fleetcheck.v1.AgentMessage.gossip_key_status:type_name -> fleetcheck.v1.GossipKeyStatus
 	10, // 6: fleetcheck.v1.AgentMessage.goodbye:type_name -> fleetcheck.v1.Goodbye
 	8,  // 7: fleetcheck.v1.CoordinatorMessage.welcome:type_name -> fleetcheck.v1.Welcome
-	18, // 8: fleetcheck.v1.CoordinatorMessage.ack:type_name -> fleetcheck.v1.Ack
-	19, // 9: fleetcheck.v1.CoordinatorMessage.run_checks:type_name -> fleetcheck.v1.RunChecks
+	19, // 8: fleetcheck.v1.CoordinatorMessage.ack:type_name -> fleetcheck.v1.Ack
+	20, // 9: fleetcheck.v1.CoordinatorMessage.run_checks:type_name -> fleetcheck.v1.RunChecks
 	9,  // 10: fleetcheck.v1.CoordinatorMessage.heartbeat:type_name -> fleetcheck.v1.Heartbeat
-	21, // 11: fleetcheck.v1.CoordinatorMessage.run_action:type_name -> fleetcheck.v1.RunAction
-	20, // 12: fleetcheck.v1.CoordinatorMessage.end_multi:type_name -> fleetcheck.v1.EndMulti
-	24, // 13: fleetcheck.v1.CoordinatorMessage.gossip_key:type_name -> fleetcheck.v1.GossipKeyOp
-	44, // 14: fleetcheck.v1.Hello.labels:type_name -> fleetcheck.v1.Hello.LabelsEntry
-	14, // 15: fleetcheck.v1.Hello.inventory:type_name -> fleetcheck.v1.Inventory
+	22, // 11: fleetcheck.v1.CoordinatorMessage.run_action:type_name -> fleetcheck.v1.RunAction
+	21, // 12: fleetcheck.v1.CoordinatorMessage.end_multi:type_name -> fleetcheck.v1.EndMulti
+	25, // 13: fleetcheck.v1.CoordinatorMessage.gossip_key:type_name -> fleetcheck.v1.GossipKeyOp
+	45, // 14: fleetcheck.v1.Hello.labels:type_name -> fleetcheck.v1.Hello.LabelsEntry
+	15, // 15: fleetcheck.v1.Hello.inventory:type_name -> fleetcheck.v1.Inventory
 	0,  // 16: fleetcheck.v1.Hello.activity:type_name -> fleetcheck.v1.NodeActivity
 	0,  // 17: fleetcheck.v1.Heartbeat.activity:type_name -> fleetcheck.v1.NodeActivity
 	12, // 18: fleetcheck.v1.Result.checks:type_name -> fleetcheck.v1.CheckResult
-	14, // 19: fleetcheck.v1.Result.inventory:type_name -> fleetcheck.v1.Inventory
-	13, // 20: fleetcheck.v1.CheckResult.findings:type_name -> fleetcheck.v1.Finding
-	45, // 21: fleetcheck.v1.CheckResult.metrics:type_name -> fleetcheck.v1.CheckResult.MetricsEntry
-	15, // 22: fleetcheck.v1.Inventory.gpus:type_name -> fleetcheck.v1.GPU
-	16, // 23: fleetcheck.v1.Inventory.hcas:type_name -> fleetcheck.v1.HCA
-	17, // 24: fleetcheck.v1.HCA.ports:type_name -> fleetcheck.v1.Port
+	15, // 19: fleetcheck.v1.Result.inventory:type_name -> fleetcheck.v1.Inventory
+	14, // 20: fleetcheck.v1.CheckResult.findings:type_name -> fleetcheck.v1.Finding
+	13, // 21: fleetcheck.v1.CheckResult.metrics:type_name -> fleetcheck.v1.Metric
+	16, // 22: fleetcheck.v1.Inventory.gpus:type_name -> fleetcheck.v1.GPU
+	17, // 23: fleetcheck.v1.Inventory.hcas:type_name -> fleetcheck.v1.HCA
+	18, // 24: fleetcheck.v1.HCA.ports:type_name -> fleetcheck.v1.Port
 	46, // 25: fleetcheck.v1.RunChecks.params:type_name -> fleetcheck.v1.RunChecks.ParamsEntry
 	1,  // 26: fleetcheck.v1.RunChecks.role:type_name -> fleetcheck.v1.MultiRole
 	12, // 27: fleetcheck.v1.EndMulti.check:type_name -> fleetcheck.v1.CheckResult
@@ -3728,29 +3786,29 @@ var file_fleetcheck_v1_fleetcheck_proto_depIdxs = []int32{
 	3,  // 30: fleetcheck.v1.WorkStatus.state:type_name -> fleetcheck.v1.WorkStatus.State
 	4,  // 31: fleetcheck.v1.GossipKeyOp.op:type_name -> fleetcheck.v1.GossipKeyOp.Op
 	48, // 32: fleetcheck.v1.GossipMember.labels:type_name -> fleetcheck.v1.GossipMember.LabelsEntry
-	27, // 33: fleetcheck.v1.GossipMembersResponse.members:type_name -> fleetcheck.v1.GossipMember
+	28, // 33: fleetcheck.v1.GossipMembersResponse.members:type_name -> fleetcheck.v1.GossipMember
 	4,  // 34: fleetcheck.v1.GossipKeysRequest.op:type_name -> fleetcheck.v1.GossipKeyOp.Op
-	30, // 35: fleetcheck.v1.GossipKeysResponse.nodes:type_name -> fleetcheck.v1.GossipKeyNodeStatus
+	31, // 35: fleetcheck.v1.GossipKeysResponse.nodes:type_name -> fleetcheck.v1.GossipKeyNodeStatus
 	49, // 36: fleetcheck.v1.NodeSummary.labels:type_name -> fleetcheck.v1.NodeSummary.LabelsEntry
-	32, // 37: fleetcheck.v1.ListNodesResponse.nodes:type_name -> fleetcheck.v1.NodeSummary
+	33, // 37: fleetcheck.v1.ListNodesResponse.nodes:type_name -> fleetcheck.v1.NodeSummary
 	12, // 38: fleetcheck.v1.StoredCheckResult.check:type_name -> fleetcheck.v1.CheckResult
-	36, // 39: fleetcheck.v1.ListResultsResponse.results:type_name -> fleetcheck.v1.StoredCheckResult
-	40, // 40: fleetcheck.v1.RunCheckProgress.outcomes:type_name -> fleetcheck.v1.NodeOutcome
-	41, // 41: fleetcheck.v1.ListEventsResponse.events:type_name -> fleetcheck.v1.Event
+	37, // 39: fleetcheck.v1.ListResultsResponse.results:type_name -> fleetcheck.v1.StoredCheckResult
+	41, // 40: fleetcheck.v1.RunCheckProgress.outcomes:type_name -> fleetcheck.v1.NodeOutcome
+	42, // 41: fleetcheck.v1.ListEventsResponse.events:type_name -> fleetcheck.v1.Event
 	5,  // 42: fleetcheck.v1.AgentService.Connect:input_type -> fleetcheck.v1.AgentMessage
-	33, // 43: fleetcheck.v1.OperatorService.ListNodes:input_type -> fleetcheck.v1.ListNodesRequest
-	35, // 44: fleetcheck.v1.OperatorService.ListResults:input_type -> fleetcheck.v1.ListResultsRequest
-	38, // 45: fleetcheck.v1.OperatorService.RunCheck:input_type -> fleetcheck.v1.RunCheckRequest
-	42, // 46: fleetcheck.v1.OperatorService.ListEvents:input_type -> fleetcheck.v1.ListEventsRequest
-	26, // 47: fleetcheck.v1.OperatorService.GossipMembers:input_type -> fleetcheck.v1.GossipMembersRequest
-	29, // 48: fleetcheck.v1.OperatorService.GossipKeys:input_type -> fleetcheck.v1.GossipKeysRequest
+	34, // 43: fleetcheck.v1.OperatorService.ListNodes:input_type -> fleetcheck.v1.ListNodesRequest
+	36, // 44: fleetcheck.v1.OperatorService.ListResults:input_type -> fleetcheck.v1.ListResultsRequest
+	39, // 45: fleetcheck.v1.OperatorService.RunCheck:input_type -> fleetcheck.v1.RunCheckRequest
+	43, // 46: fleetcheck.v1.OperatorService.ListEvents:input_type -> fleetcheck.v1.ListEventsRequest
+	27, // 47: fleetcheck.v1.OperatorService.GossipMembers:input_type -> fleetcheck.v1.GossipMembersRequest
+	30, // 48: fleetcheck.v1.OperatorService.GossipKeys:input_type -> fleetcheck.v1.GossipKeysRequest
 	6,  // 49: fleetcheck.v1.AgentService.Connect:output_type -> fleetcheck.v1.CoordinatorMessage
-	34, // 50: fleetcheck.v1.OperatorService.ListNodes:output_type -> fleetcheck.v1.ListNodesResponse
-	37, // 51: fleetcheck.v1.OperatorService.ListResults:output_type -> fleetcheck.v1.ListResultsResponse
-	39, // 52: fleetcheck.v1.OperatorService.RunCheck:output_type -> fleetcheck.v1.RunCheckProgress
-	43, // 53: fleetcheck.v1.OperatorService.ListEvents:output_type -> fleetcheck.v1.ListEventsResponse
-	28, // 54: fleetcheck.v1.OperatorService.GossipMembers:output_type -> fleetcheck.v1.GossipMembersResponse
-	31, // 55: fleetcheck.v1.OperatorService.GossipKeys:output_type -> fleetcheck.v1.GossipKeysResponse
+	35, // 50: fleetcheck.v1.OperatorService.ListNodes:output_type -> fleetcheck.v1.ListNodesResponse
+	38, // 51: fleetcheck.v1.OperatorService.ListResults:output_type -> fleetcheck.v1.ListResultsResponse
+	40, // 52: fleetcheck.v1.OperatorService.RunCheck:output_type -> fleetcheck.v1.RunCheckProgress
+	44, // 53: fleetcheck.v1.OperatorService.ListEvents:output_type -> fleetcheck.v1.ListEventsResponse
+	29, // 54: fleetcheck.v1.OperatorService.GossipMembers:output_type -> fleetcheck.v1.GossipMembersResponse
+	32, // 55: fleetcheck.v1.OperatorService.GossipKeys:output_type -> fleetcheck.v1.GossipKeysResponse
 	49, // [49:56] is the sub-list for method output_type
 	42, // [42:49] is the sub-list for method input_type
 	42, // [42:42] is the sub-list for extension type_name
