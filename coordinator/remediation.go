@@ -47,6 +47,10 @@ const (
 // as much CPU as storing them).
 var remedFeedRead = store.ChecksRead{MetricsOf: escalate.MetricChecks, KeepMetric: escalate.MetricWanted}
 
+// remedFeedKept reads remedFeedRead's metrics from where ingest keeps
+// them apart (store.Options.Feed): the rows' full metrics stay unread.
+var remedFeedKept = store.ChecksRead{Feed: true}
+
 // remedGap is a run of stored-order numbers not seen yet.
 type remedGap struct {
 	from, to int64
@@ -129,7 +133,7 @@ func (f *remedFeed) start(ctx context.Context) error {
 // it, never add up.
 func (f *remedFeed) recall(ctx context.Context) error {
 	began := time.Now()
-	rows, err := f.st.RecentChecks(ctx, began.Add(-f.eng.RecallHorizon()), f.last, escalate.EventChecks, remedFeedRead)
+	rows, err := f.st.RecentChecks(ctx, began.Add(-f.eng.RecallHorizon()), f.last, escalate.EventChecks, remedFeedKept)
 	if err != nil {
 		return fmt.Errorf("remediation feed: recall the rules' windows: %w", err)
 	}
@@ -164,7 +168,7 @@ func (f *remedFeed) poll(ctx context.Context) error {
 		if now.Sub(g.since) > remedFeedGrace {
 			continue
 		}
-		got, err := f.st.ChecksAfter(ctx, g.from-1, g.to, remedFeedBatch, remedFeedRead)
+		got, err := f.st.ChecksAfter(ctx, g.from-1, g.to, remedFeedBatch, remedFeedKept)
 		if err != nil {
 			return err
 		}
@@ -182,7 +186,7 @@ func (f *remedFeed) poll(ctx context.Context) error {
 	}
 	f.gaps = keep
 	for {
-		got, err := f.st.ChecksAfter(ctx, f.last, 0, remedFeedBatch, remedFeedRead)
+		got, err := f.st.ChecksAfter(ctx, f.last, 0, remedFeedBatch, remedFeedKept)
 		if err != nil {
 			return err
 		}

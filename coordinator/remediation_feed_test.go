@@ -63,7 +63,7 @@ func (s *sinkRec) SetCursor(_ context.Context, name, value string) error {
 func TestRemedFeedReadsGapsAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{Dir: t.TempDir()})
+	st, err := store.Open(ctx, store.Options{Dir: t.TempDir(), Feed: &remedFeedRead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestRemedFeedReadsGapsAgain(t *testing.T) {
 func TestRemedFeedRecallsOnResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Options{Dir: t.TempDir()})
+	st, err := store.Open(ctx, store.Options{Dir: t.TempDir(), Feed: &remedFeedRead})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -281,6 +281,7 @@ func (s *Server) Start(ctx context.Context) (err error) {
 		Logger:     s.log,
 		Now:        s.now,
 		OnCommit:   onCommit,
+		Feed:       &remedFeedRead,
 	})
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)

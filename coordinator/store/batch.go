@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ type prepared struct {
 
 type preparedCheck struct {
 	findings, metrics, detail, reason string
+	feed                              string // the metrics Options.Feed reads; '' without Feed
 	duration                          float64
 }
 
@@ -57,7 +59,7 @@ type preparedInventory struct {
 // prepare computes a validated result's rows. The findings and metrics
 // JSON of all its checks are appended to one buffer and made into one
 // string, which the checks' columns are substrings of (jsonenc.go).
-func prepare(r *Result, orders *metricOrders) *prepared {
+func prepare(r *Result, orders *metricOrders, feed *ChecksRead) *prepared {
 	p := &prepared{checks: make([]preparedCheck, len(r.Checks)), day: r.Finished.UTC().Format(time.DateOnly)}
 	bp := jsonBufs.Get().(*[]byte)
 	buf := (*bp)[:0]
@@ -80,13 +82,32 @@ func prepare(r *Result, orders *metricOrders) *prepared {
 		c := &r.Checks[i]
 		f, m := ends[2*i], ends[2*i+1]
 		p.checks[i] = preparedCheck{findings: all[start:f], metrics: all[f:m], detail: CheckDetail(*c),
-			reason: clip(c.Reason), duration: finite(c.DurationMS)}
+			reason: clip(c.Reason), duration: finite(c.DurationMS), feed: feedMetricsJSON(feed, c.Name, c.Metrics)}
 		start = m
 	}
 	if r.Inventory != nil {
 		p.invSum = inventorySum(r.Inventory)
 	}
 	return p
+}
+
+// feedMetricsJSON is the JSON of the metrics feed reads of a check ('{}'
+// when it reads none of this check's), or '' without a feed.
+func feedMetricsJSON(feed *ChecksRead, check string, m map[string]float64) string {
+	if feed == nil {
+		return ""
+	}
+	if feed.MetricsOf != nil && !slices.Contains(feed.MetricsOf, check) {
+		return "{}"
+	}
+	var keys []string
+	for k := range m {
+		if feed.KeepMetric == nil || feed.KeepMetric(check, k) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return string(appendSortedMetricsJSON(make([]byte, 0, 2+32*len(keys)), keys, m))
 }
 
 // inventorySum fingerprints every field of an inventory, cheaply (no
@@ -290,7 +311,7 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, inv *invCache, bat
 		for k := range r.Checks {
 			c, pc := &r.Checks[k], &req.prep.checks[k]
 			checkRows = append(checkRows, []any{r.ID, r.Node, c.Name, string(c.Status), pc.reason, pc.findings, pc.metrics,
-				pc.duration, finished, storedMS})
+				pc.duration, finished, storedMS, pc.feed})
 			// Only the newest row per node and check can win (as rows
 			// applied one at a time would), and PostgreSQL refuses one
 			// statement updating a row twice.
@@ -524,7 +545,7 @@ func execUnnest(ctx context.Context, tx *sqldb.Tx, head, tail string, types []st
 	return err
 }
 
-var checkColumns = []string{"result_id", "node", "check_name", "status", "reason", "findings", "metrics", "duration_ms", "finished", "stored"}
+var checkColumns = []string{"result_id", "node", "check_name", "status", "reason", "findings", "metrics", "duration_ms", "finished", "stored", "feed_metrics"}
 
 // insertCheckRows appends check results: COPY on PostgreSQL (their ids are
 // new, so nothing can conflict), multi-row INSERTs on SQLite.

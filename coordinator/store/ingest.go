@@ -109,7 +109,7 @@ func (s *Store) Ingest(ctx context.Context, r Result) (Ack, error) {
 		r.Started = r.Finished
 	}
 	// Computed here, on the caller's goroutine, so the writers only write.
-	prep := prepare(&r, &s.orders)
+	prep := prepare(&r, &s.orders, s.opts.Feed)
 	req := &ingestReq{r: r, prep: prep, done: make(chan struct{}), dupOf: -1}
 	q := s.ingest[s.shard(r.Node)]
 	s.mu.RLock()

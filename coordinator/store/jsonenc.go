@@ -106,6 +106,12 @@ func appendMetricsJSON(dst []byte, orders *metricOrders, check string, m map[str
 			return out
 		}
 	}
+	return appendSortedMetricsJSON(dst, keys, m)
+}
+
+// appendSortedMetricsJSON appends the JSON object of m's keys (sorted),
+// leaving out values JSON cannot hold.
+func appendSortedMetricsJSON(dst []byte, keys []string, m map[string]float64) []byte {
 	dst = append(dst, '{')
 	first := true
 	for _, k := range keys {

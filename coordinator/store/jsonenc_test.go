@@ -324,7 +324,7 @@ func TestPrepareJSONColumns(t *testing.T) {
 	}
 	orders := &metricOrders{}
 	for range 2 {
-		p := prepare(r, orders)
+		p := prepare(r, orders, nil)
 		for i, c := range r.Checks {
 			if got, want := p.checks[i].metrics, wantMetricsJSON(t, c.Metrics); got != want {
 				t.Fatalf("check %s metrics %s, want %s", c.Name, got, want)
@@ -435,7 +435,7 @@ func TestPrepareH100(t *testing.T) {
 	orders := &metricOrders{}
 	n := 0
 	for range 2 {
-		p := prepare(r, orders)
+		p := prepare(r, orders, nil)
 		for i, c := range r.Checks {
 			n += len(c.Metrics)
 			if got, want := p.checks[i].metrics, wantMetricsJSON(t, c.Metrics); got != want {
@@ -566,14 +566,14 @@ func BenchmarkMetricsJSON(b *testing.B) {
 	b.Run("cold", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			prepare(r, nil)
+			prepare(r, nil, nil)
 		}
 	})
 	b.Run("warm", func(b *testing.B) {
 		orders := &metricOrders{}
 		b.ReportAllocs()
 		for b.Loop() {
-			prepare(r, orders)
+			prepare(r, orders, nil)
 		}
 	})
 }

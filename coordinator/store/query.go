@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"cmp"
 	"context"
 	"database/sql"
@@ -206,6 +207,10 @@ type ChecksRead struct {
 	MetricsOf []string
 	// KeepMetric, when set, keeps only the metrics it accepts.
 	KeepMetric func(check, name string) bool
+	// Feed reads the metrics kept at ingest for Options.Feed, whose
+	// MetricsOf and KeepMetric then apply (this read's are ignored); a
+	// row stored without them is read as those say.
+	Feed bool
 }
 
 // ChecksAfter returns the check results numbered above after and at
@@ -282,6 +287,13 @@ func (s *Store) RecentChecks(ctx context.Context, since time.Time, upTo int64, c
 // readChecks reads check results joined with their results' work ids;
 // tail is the WHERE, ORDER and LIMIT, over args.
 func (s *Store) readChecks(ctx context.Context, read ChecksRead, tail string, args ...any) ([]SeqCheck, error) {
+	kept := read.Feed
+	if kept {
+		if s.opts.Feed == nil {
+			return nil, errors.New("a read of the feed's metrics from a store that keeps none (Options.Feed)")
+		}
+		read = *s.opts.Feed
+	}
 	metrics, margs := "c.metrics", []any{}
 	if read.MetricsOf != nil {
 		// The server leaves the other rows' metrics unread (not even
@@ -293,6 +305,11 @@ func (s *Store) readChecks(ctx context.Context, read ChecksRead, tail string, ar
 				margs = append(margs, c)
 			}
 		}
+	}
+	if kept {
+		// Rows stored before schema 7, or by a store without Feed, have
+		// none kept ('').
+		metrics = `CASE WHEN c.feed_metrics <> '' THEN c.feed_metrics ELSE ` + metrics + ` END`
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT c.id, c.result_id, c.node, COALESCE(r.work_id, ''), COALESCE(r.triggered_by, ''), c.finished, c.check_name,
 			c.status, c.reason, c.findings, `+metrics+`, c.duration_ms

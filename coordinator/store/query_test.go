@@ -87,6 +87,80 @@ func testChecksAfterReadsWhatIsAsked(t *testing.T, be backend) {
 	}
 }
 
+func TestFeedMetricsKeptAtIngest(t *testing.T) { both(t, testFeedMetricsKeptAtIngest) }
+
+// A store with Options.Feed keeps the feed's metrics apart at ingest; a
+// feed read takes them from there, and reads rows stored without them
+// (before schema 7, or by a store without Feed) from their full metrics.
+func testFeedMetricsKeptAtIngest(t *testing.T, be backend) {
+	loc := be.loc(t)
+	ctx := context.Background()
+	at := time.Now().Truncate(time.Millisecond)
+	counters := func(id string) Result {
+		return Result{ID: id, Node: "n2", Started: at, Finished: at.Add(time.Second), Status: report.Pass, Full: true,
+			Checks: []report.CheckResult{
+				{Name: "ib.counters", Status: report.Pass, Findings: []report.Finding{},
+					Metrics: map[string]float64{"ib.mlx5_0.port1.link_downed_rise_count": 1, "ib.mlx5_0.port1.symbol_error_count": 7}},
+				{Name: "gpu.health", Status: report.Pass, Findings: []report.Finding{}, Metrics: map[string]float64{"gpu0.temperature_c": 31}},
+			}}
+	}
+	feed := &ChecksRead{MetricsOf: []string{"ib.counters"}, KeepMetric: func(_, name string) bool { return strings.HasSuffix(name, "_rise_count") }}
+
+	s := open(t, loc, nil)
+	if _, err := s.Ingest(ctx, counters("before")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ChecksAfter(ctx, 0, 0, 100, ChecksRead{Feed: true}); err == nil {
+		t.Error("a feed read from a store without Options.Feed: no error")
+	}
+	s.Close()
+
+	s = open(t, loc, func(o *Options) { o.Feed = feed })
+	defer s.Close()
+	if _, err := s.Ingest(ctx, counters("after")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ChecksAfter(ctx, 0, 0, 100, ChecksRead{Feed: true, MetricsOf: []string{}}) // Feed's own apply
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b []string
+	for _, c := range got {
+		b = append(b, fmt.Sprintf("%s/%s:%s", c.ResultID, c.Check.Name, metricList(c.Check.Metrics)))
+	}
+	want := "before/ib.counters:ib.mlx5_0.port1.link_downed_rise_count=1 before/gpu.health: " +
+		"after/ib.counters:ib.mlx5_0.port1.link_downed_rise_count=1 after/gpu.health:"
+	if g := strings.Join(b, " "); g != want {
+		t.Errorf("feed read:\n got %s\nwant %s", g, want)
+	}
+	// What is kept is the few numbers, not the row's metrics again.
+	rows, err := s.r.QueryContext(ctx, `SELECT result_id, check_name, feed_metrics FROM check_results ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var kept []string
+	for rows.Next() {
+		var id, check, m string
+		if err := rows.Scan(&id, &check, &m); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, id+"/"+check+"="+m)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantKept := `before/ib.counters= before/gpu.health= after/ib.counters={"ib.mlx5_0.port1.link_downed_rise_count":1} after/gpu.health={}`
+	if g := strings.Join(kept, " "); g != wantKept {
+		t.Errorf("kept:\n got %s\nwant %s", g, wantKept)
+	}
+	// The full metrics are still there for every other reader.
+	all, err := s.ChecksAfter(ctx, 0, 0, 100, ChecksRead{})
+	if err != nil || len(all) != 4 || len(all[2].Check.Metrics) != 2 {
+		t.Fatalf("full read: %+v, %v", all, err)
+	}
+}
+
 // metricList is m as name=value, sorted, comma-separated.
 func metricList(m map[string]float64) string {
 	var out []string

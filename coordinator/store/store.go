@@ -83,6 +83,12 @@ type Options struct {
 	// batch with its size and the time the transaction took (metrics).
 	// It runs on the writer goroutine, so it must not block.
 	OnCommit func(results int, took time.Duration)
+	// Feed, when set, is what one reader of every stored result (the
+	// remediation feed) reads of their metrics. Ingest keeps those apart
+	// in each check result's row (a few numbers of ~350), and a read with
+	// ChecksRead.Feed takes them from there instead of the whole metrics:
+	// reading them all back cost about as much as storing them.
+	Feed *ChecksRead
 }
 
 func (o *Options) defaults() {
