@@ -41,7 +41,7 @@ type prepared struct {
 
 type preparedCheck struct {
 	findings, metrics, detail, reason string
-	feed                              string // the metrics Options.Feed reads; '' without Feed
+	feed                              string // the metrics Options.Feed reads; empty without Feed
 	duration                          float64
 }
 
@@ -92,7 +92,7 @@ func prepare(r *Result, orders *metricOrders, feed *ChecksRead) *prepared {
 }
 
 // feedMetricsJSON is the JSON of the metrics feed reads of a check ('{}'
-// when it reads none of this check's), or '' without a feed.
+// when it reads none of this check's), or empty without a feed.
 func feedMetricsJSON(feed *ChecksRead, check string, m map[string]float64) string {
 	if feed == nil {
 		return ""

@@ -216,7 +216,7 @@ ALTER TABLE check_results SET (toast_tuple_target = 8160);
 // Version 7: the few metrics the remediation feed reads of every stored
 // result (Options.Feed), kept apart at ingest, so that the leader reads
 // back a few numbers per check result instead of ~350 (about 7 KB for
-// ib.counters). '' on rows from before: the feed reads their metrics.
+// ib.counters). Empty on rows from before: the feed reads their metrics.
 const schemaV7 = `
 ALTER TABLE check_results ADD COLUMN feed_metrics TEXT NOT NULL DEFAULT '';
 `

@@ -1,11 +1,11 @@
 package store
 
 import (
-	"errors"
 	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -308,7 +308,7 @@ func (s *Store) readChecks(ctx context.Context, read ChecksRead, tail string, ar
 	}
 	if kept {
 		// Rows stored before schema 7, or by a store without Feed, have
-		// none kept ('').
+		// none kept (empty).
 		metrics = `CASE WHEN c.feed_metrics <> '' THEN c.feed_metrics ELSE ` + metrics + ` END`
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT c.id, c.result_id, c.node, COALESCE(r.work_id, ''), COALESCE(r.triggered_by, ''), c.finished, c.check_name,
