@@ -80,7 +80,7 @@ func TestPgDumpRestoreKeepsEveryRow(t *testing.T) {
 			t.Fatalf("%s holds %d rows before the dump, want %d", table, got, want)
 		}
 	}
-	if byTable["events"].Rows < 12 || byTable["check_summaries"].Rows == 0 || byTable["node_checks"].Rows != 12*13 {
+	if byTable["events"].Rows < 12 || byTable["node_checks"].Rows != 12*13 { // summaries come with retention (schema 8)
 		t.Fatalf("tables before the dump: %+v", before)
 	}
 

@@ -35,7 +35,6 @@ import (
 // prepared is a result's rows, computed outside the writer.
 type prepared struct {
 	checks []preparedCheck
-	day    string   // the UTC day of Finished, for the summaries
 	invSum [16]byte // inventorySum of the result's inventory, when it has one
 }
 
@@ -60,7 +59,7 @@ type preparedInventory struct {
 // JSON of all its checks are appended to one buffer and made into one
 // string, which the checks' columns are substrings of (jsonenc.go).
 func prepare(r *Result, orders *metricOrders, feed *ChecksRead) *prepared {
-	p := &prepared{checks: make([]preparedCheck, len(r.Checks)), day: r.Finished.UTC().Format(time.DateOnly)}
+	p := &prepared{checks: make([]preparedCheck, len(r.Checks))}
 	bp := jsonBufs.Get().(*[]byte)
 	buf := (*bp)[:0]
 	var endsArr [2 * 16]int
@@ -303,7 +302,6 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, inv *invCache, bat
 	}
 	checkRows := make([][]any, 0, checks)
 	latestNewest := make(map[[2]string][]any, checks)
-	sums := make(map[summaryKey]*summaryVal, checks)
 	var full []any
 	for _, req := range fresh {
 		r := &req.r
@@ -319,7 +317,6 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, inv *invCache, bat
 			if cur, ok := latestNewest[key]; !ok || newerRow(finished, r.ID, cur[5].(int64), cur[4].(string)) {
 				latestNewest[key] = []any{r.Node, c.Name, string(c.Status), pc.detail, r.ID, finished}
 			}
-			addSummary(sums, summaryKey{r.Node, c.Name, req.prep.day}, c.Status, pc.duration)
 		}
 		if r.Full {
 			full = append(full, r.Node)
@@ -342,14 +339,6 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, inv *invCache, bat
 			WHERE excluded.finished > node_checks.finished
 				OR (excluded.finished = node_checks.finished AND excluded.result_id >= node_checks.result_id)`,
 			[]string{"text", "text", "text", "text", "text", "bigint"}, latestRows(latestNewest)},
-		{"summaries", `INSERT INTO check_summaries
-			(node, check_name, day, pass, warn, fail, error, skip, duration_ms_total) VALUES `,
-			` ON CONFLICT (node, check_name, day) DO UPDATE SET
-				pass = check_summaries.pass + excluded.pass, warn = check_summaries.warn + excluded.warn,
-				fail = check_summaries.fail + excluded.fail, error = check_summaries.error + excluded.error,
-				skip = check_summaries.skip + excluded.skip,
-				duration_ms_total = check_summaries.duration_ms_total + excluded.duration_ms_total`,
-			[]string{"text", "text", "text", "bigint", "bigint", "bigint", "bigint", "bigint", "double precision"}, summaryRows(sums)},
 	}
 	for _, st := range steps {
 		var err error
@@ -659,50 +648,6 @@ func writeInventory(ctx context.Context, tx *sqldb.Tx, node string, p *preparedI
 		return "", fmt.Errorf("inventory history of %s: %w", node, err)
 	}
 	return p.hash, nil
-}
-
-func addSummary(sums map[summaryKey]*summaryVal, k summaryKey, st report.Status, durationMS float64) {
-	v := sums[k]
-	if v == nil {
-		v = &summaryVal{}
-		sums[k] = v
-	}
-	switch st {
-	case report.Pass:
-		v.pass++
-	case report.Warn:
-		v.warn++
-	case report.Fail:
-		v.fail++
-	case report.Error:
-		v.errs++
-	case report.Skip:
-		v.skip++
-	}
-	v.durationMS += durationMS
-}
-
-func summaryRows(sums map[summaryKey]*summaryVal) []any {
-	keys := make([]summaryKey, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { // one lock order (latestRows)
-		a, b := keys[i], keys[j]
-		if a.node != b.node {
-			return a.node < b.node
-		}
-		if a.check != b.check {
-			return a.check < b.check
-		}
-		return a.day < b.day
-	})
-	out := make([]any, 0, 9*len(sums))
-	for _, k := range keys {
-		v := sums[k]
-		out = append(out, k.node, k.check, k.day, v.pass, v.warn, v.fail, v.errs, v.skip, v.durationMS)
-	}
-	return out
 }
 
 // Multi-row statements come in a few sizes only, so that the connection's

@@ -194,14 +194,6 @@ func (s *Store) fill(queue chan *ingestReq, batch *[]*ingestReq, timer *time.Tim
 	return true
 }
 
-// summaryKey groups check results into daily summaries.
-type summaryKey struct{ node, check, day string }
-
-type summaryVal struct {
-	pass, warn, fail, errs, skip int
-	durationMS                   float64
-}
-
 func (s *Store) commit(writer int, batch []*ingestReq) {
 	start := time.Now()
 	stored := s.opts.Now()

@@ -455,7 +455,7 @@ func TestPrepareH100(t *testing.T) {
 // json.Marshal, metrics through marshalMetricsBefore, a string each. Kept
 // for BenchmarkMetricsJSON.
 func prepareBefore(r *Result) (*prepared, error) {
-	p := &prepared{checks: make([]preparedCheck, len(r.Checks)), day: r.Finished.UTC().Format(time.DateOnly)}
+	p := &prepared{checks: make([]preparedCheck, len(r.Checks))}
 	for i := range r.Checks {
 		c := &r.Checks[i]
 		findings := c.Findings

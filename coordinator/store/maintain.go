@@ -25,8 +25,9 @@ const pruneChunk = 2000
 
 // Prune deletes raw results, check results and work dispatch records
 // stored before the cutoff.
-// Summaries, events, inventory history and each check's newest status
-// stay. Rows are appended in stored order, so the old ones are a prefix of
+// Check results are folded into the daily summaries as they go (in the
+// same transaction). Summaries, events, inventory history and each
+// check's newest status stay. Rows are appended in stored order, so the old ones are a prefix of
 // each table in rowid order: no index on time is needed (and none is paid
 // for on every insert).
 func (s *Store) Prune(ctx context.Context, before time.Time) (PruneStats, error) {
@@ -86,6 +87,9 @@ func (s *Store) prunePrefix(ctx context.Context, table string, cut int64) (int, 
 		if n == 0 {
 			return nil
 		}
+		if table == "check_results" {
+			return foldAndDelete(ctx, tx, last)
+		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+order+` <= ?`, last)
 		return err
 	})
@@ -93,6 +97,34 @@ func (s *Store) prunePrefix(ctx context.Context, table string, cut int64) (int, 
 		return 0, fmt.Errorf("prune %s: %w", table, err)
 	}
 	return n, nil
+}
+
+// foldSet adds a fold's counts to the summaries already kept.
+const foldSet = ` ON CONFLICT (node, check_name, day) DO UPDATE SET
+	pass = check_summaries.pass + excluded.pass, warn = check_summaries.warn + excluded.warn,
+	fail = check_summaries.fail + excluded.fail, error = check_summaries.error + excluded.error,
+	skip = check_summaries.skip + excluded.skip,
+	duration_ms_total = check_summaries.duration_ms_total + excluded.duration_ms_total`
+
+// foldAndDelete deletes the check results numbered up to last and adds
+// them to the daily summaries. On PostgreSQL the fold is of the rows this
+// DELETE removed (RETURNING): two coordinators pruning at once fold each
+// row once, as the second's DELETE finds the first's rows gone. On SQLite
+// the one writer folds, then deletes.
+func foldAndDelete(ctx context.Context, tx *sqldb.Tx, last int64) error {
+	head := `INSERT INTO check_summaries (node, check_name, day, pass, warn, fail, error, skip, duration_ms_total) `
+	if tx.Dialect() == sqldb.Postgres {
+		_, err := tx.ExecContext(ctx, `WITH gone AS (
+			DELETE FROM check_results WHERE id <= ? RETURNING node, check_name, status, duration_ms, finished)
+			`+head+rawSummaries(sqldb.Postgres, `gone`, ``)+foldSet, last)
+		return err
+	}
+	// WHERE true: SQLite reads ON CONFLICT after a bare SELECT as a join's.
+	if _, err := tx.ExecContext(ctx, head+rawSummaries(sqldb.SQLite, `check_results`, `WHERE rowid <= ? AND true`)+foldSet, last); err != nil {
+		return fmt.Errorf("fold into the summaries: %w", err)
+	}
+	_, err := tx.ExecContext(ctx, `DELETE FROM check_results WHERE rowid <= ?`, last)
+	return err
 }
 
 // storedOrder is the column that numbers a table's rows in stored order:

@@ -166,10 +166,20 @@ type Summary struct {
 }
 
 // Summaries returns a node's daily check summaries, oldest day first.
-// Check narrows to one check when set.
+// Check narrows to one check when set. A day's counts are those retention
+// folded into check_summaries when it dropped the raw rows, plus the raw
+// rows still kept: ingest writes no summary (one more row updated per
+// check result), a read adds them up.
 func (s *Store) Summaries(ctx context.Context, node, check string) ([]Summary, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT node, check_name, day, pass, warn, fail, error, skip, duration_ms_total
-		FROM check_summaries WHERE node = ? AND (? = '' OR check_name = ?) ORDER BY day, check_name`, node, check, check)
+	rows, err := s.r.QueryContext(ctx, `SELECT node, check_name, day, CAST(SUM(pass) AS BIGINT), CAST(SUM(warn) AS BIGINT), CAST(SUM(fail) AS BIGINT),
+			CAST(SUM(error) AS BIGINT), CAST(SUM(skip) AS BIGINT), SUM(duration_ms_total)
+		FROM (
+			SELECT node, check_name, day, pass, warn, fail, error, skip, duration_ms_total
+			FROM check_summaries WHERE node = ? AND (? = '' OR check_name = ?)
+			UNION ALL
+			`+rawSummaries(s.d, `check_results`, `WHERE node = ? AND (? = '' OR check_name = ?)`)+`
+		) AS days
+		GROUP BY node, check_name, day ORDER BY day, check_name`, node, check, check, node, check, check)
 	if err != nil {
 		return nil, fmt.Errorf("summaries of %s: %w", node, err)
 	}
@@ -186,6 +196,26 @@ func (s *Store) Summaries(ctx context.Context, node, check string) ([]Summary, e
 		return nil, fmt.Errorf("summaries of %s: %w", node, err)
 	}
 	return out, nil
+}
+
+// rawSummaries is the SELECT of daily summaries (check_summaries'
+// columns) of the check results in from (check_results' columns) that
+// where selects.
+func rawSummaries(d sqldb.Dialect, from, where string) string {
+	return `SELECT node, check_name, ` + utcDay(d, "finished") + ` AS day,
+		SUM(CASE WHEN status = 'pass' THEN 1 ELSE 0 END), SUM(CASE WHEN status = 'warn' THEN 1 ELSE 0 END),
+		SUM(CASE WHEN status = 'fail' THEN 1 ELSE 0 END), SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END),
+		SUM(CASE WHEN status = 'skip' THEN 1 ELSE 0 END), SUM(duration_ms)
+		FROM ` + from + ` ` + where + ` GROUP BY 1, 2, 3`
+}
+
+// utcDay is the SQL of the UTC day (YYYY-MM-DD) of a unix-milliseconds
+// column, as Go's time.DateOnly writes it.
+func utcDay(d sqldb.Dialect, col string) string {
+	if d == sqldb.Postgres {
+		return `to_char(to_timestamp(` + col + ` / 1000) AT TIME ZONE 'UTC', 'YYYY-MM-DD')`
+	}
+	return `strftime('%Y-%m-%d', ` + col + ` / 1000, 'unixepoch')`
 }
 
 // SeqCheck is a stored check result with its place in stored order.

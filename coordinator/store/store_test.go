@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -374,6 +375,60 @@ func testRetentionKeepsSummariesAndEvents(t *testing.T, be backend) {
 	}
 	if _, err := s.Result(ctx, "old0"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("old0 still there: %v", err)
+	}
+}
+
+// Before schema 8 every stored check result was added to its day's
+// summary at ingest; from 8 a summary holds only what retention folded in
+// and a read adds the rows still kept. Migrating takes the kept rows out
+// of the summaries, so nothing is counted twice.
+func TestMigrationToV8CountsEachCheckResultOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	sdb := openDB(writerDSN(filepath.Join(dir, FileName), "rwc"))
+	sdb.SetMaxOpenConns(1)
+	db := sqldb.Wrap(sdb, sqldb.SQLite, nil)
+	if err := migrate(ctx, db, 7, time.Now); err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2025, 5, 20, 10, 0, 0, 0, time.UTC).UnixMilli()
+	for _, q := range []string{
+		// 20 May: 3 fails were pruned long ago, 1 fail and 1 pass are kept;
+		// 19 May: all pruned; the summaries, as ingest wrote them, count all.
+		`INSERT INTO check_results (result_id, node, check_name, status, finished, stored, duration_ms) VALUES ('r1', 'n1', 'gpu.ecc', 'fail', ` + fmt.Sprint(day) + `, 1, 2)`,
+		`INSERT INTO check_results (result_id, node, check_name, status, finished, stored, duration_ms) VALUES ('r2', 'n1', 'gpu.ecc', 'pass', ` + fmt.Sprint(day) + `, 1, 3)`,
+		`INSERT INTO check_summaries (node, check_name, day, pass, fail, duration_ms_total) VALUES ('n1', 'gpu.ecc', '2025-05-20', 1, 4, 13)`,
+		`INSERT INTO check_summaries (node, check_name, day, pass, fail, duration_ms_total) VALUES ('n1', 'gpu.ecc', '2025-05-19', 7, 0, 70)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := open(t, dir, nil)
+	defer s.Close()
+	sums, err := s.Summaries(ctx, "n1", "gpu.ecc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Summary{
+		{Node: "n1", Check: "gpu.ecc", Day: "2025-05-19", Pass: 7, DurationMSTotal: 70},
+		{Node: "n1", Check: "gpu.ecc", Day: "2025-05-20", Pass: 1, Fail: 4, DurationMSTotal: 13},
+	}
+	if !slices.Equal(sums, want) {
+		t.Fatalf("summaries after migrating = %+v, want %+v", sums, want)
+	}
+	// Retention folds the kept rows in: the same counts, now all folded.
+	if _, err := s.Prune(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if sums, _ = s.Summaries(ctx, "n1", "gpu.ecc"); !slices.Equal(sums, want) {
+		t.Fatalf("summaries after retention = %+v, want %+v", sums, want)
+	}
+	if c, _ := s.Count(ctx); c.CheckResults != 0 || c.Summaries != 2 {
+		t.Fatalf("after retention: %+v", c)
 	}
 }
 
