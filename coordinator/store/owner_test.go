@@ -104,14 +104,18 @@ func testNodeOwner(t *testing.T, be backend) {
 func TestLoadResult(t *testing.T) { both(t, testLoadResult) }
 
 // A result stored by one coordinator reads back whole on another: its
-// header and every check.
+// header, every check and the node's inventory.
 func testLoadResult(t *testing.T, be backend) {
 	s := open(t, be.loc(t), nil)
 	defer s.Close()
 	ctx := context.Background()
 	at := time.Now().Truncate(time.Millisecond)
+	if _, _, err := s.NodeJoined(ctx, Join{Node: "n1", At: at, InitialState: "initializing"}); err != nil {
+		t.Fatal(err)
+	}
 	r := eccResult("r1", "n1", at, report.Fail)
 	r.WorkID = "w-1"
+	r.Inventory = &report.Inventory{DriverVersion: "570.86.15", GPUs: []report.GPU{{Index: 0, Serial: "S0"}, {Index: 1, Serial: "S1"}}}
 	if _, err := s.Ingest(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +130,11 @@ func testLoadResult(t *testing.T, be backend) {
 	if ecc.Name != "gpu.ecc" || ecc.Status != report.Fail || len(ecc.Findings) != 1 || ecc.Findings[0].Code != "ECC_UNCORRECTABLE" ||
 		ecc.Metrics["gpu3.ecc.dram_uncorrectable"] != 2 {
 		t.Fatalf("ecc check %+v", ecc)
+	}
+	// With the node's inventory: a campaign judging the result reads its
+	// GPUs (none would be inconclusive).
+	if got.Inventory == nil || got.Inventory.DriverVersion != "570.86.15" || len(got.Inventory.GPUs) != 2 {
+		t.Fatalf("loaded inventory %+v", got.Inventory)
 	}
 	if _, err := s.LoadResult(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown result: %v", err)

@@ -385,9 +385,12 @@ func (s *Store) LastCheckSeq(ctx context.Context) (int64, error) {
 }
 
 // LoadResult reads one result back whole: its header and its checks in
-// the order they were stored, or ErrNotFound. The node's inventory is not
-// part of it (the node's own row has the newest). A coordinator uses it
-// for a result another coordinator acknowledged (docs/ha.md, routing).
+// the order they were stored, or ErrNotFound, with the node's newest
+// inventory: a result's own is not kept (agents send the same one with
+// every result, the node's row holds the last), and a campaign judging
+// the result reads it (no GPU in it is inconclusive). A coordinator uses
+// it for a result another coordinator, or its own previous stream,
+// acknowledged (docs/ha.md, routing).
 func (s *Store) LoadResult(ctx context.Context, id string) (Result, error) {
 	h, err := s.Result(ctx, id)
 	if err != nil {
@@ -421,6 +424,17 @@ func (s *Store) LoadResult(ctx context.Context, id string) (Result, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return Result{}, fmt.Errorf("result %s checks: %w", id, err)
+	}
+	var inv string
+	err = s.r.QueryRowContext(ctx, `SELECT inventory FROM nodes WHERE name = ?`, r.Node).Scan(&inv)
+	if err != nil && err != sql.ErrNoRows {
+		return Result{}, fmt.Errorf("result %s inventory: %w", id, err)
+	}
+	if inv != "" && inv != "{}" {
+		r.Inventory = &report.Inventory{}
+		if err := json.Unmarshal([]byte(inv), r.Inventory); err != nil {
+			return Result{}, fmt.Errorf("result %s inventory: %w", id, err)
+		}
 	}
 	return r, nil
 }
