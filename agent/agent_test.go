@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fleetcheck/fleetcheck/internal/wire"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -18,8 +18,10 @@ import (
 
 	"github.com/fleetcheck/fleetcheck/agent/spool"
 	"github.com/fleetcheck/fleetcheck/internal/config"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/snapshot"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	"github.com/fleetcheck/fleetcheck/node/host/bundle"
 	fleetcheckv1 "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
@@ -660,5 +662,49 @@ func TestFullSpoolDiskCountsEveryLostResult(t *testing.T) {
 	}
 	if !strings.Contains(ta.logs.String(), "cannot spool result") {
 		t.Error("no error log for the lost results")
+	}
+}
+
+// A coordinator whose welcome says metric_columns gets each check's
+// metrics as columns, one older than that as entries; both read the same.
+func TestResultMetricsFollowTheWelcome(t *testing.T) {
+	t.Parallel()
+	got := map[bool][]report.CheckResult{}
+	for _, columns := range []bool{false, true} {
+		tn := &testNet{}
+		c := newFakeCoord()
+		c.columns = columns
+		tn.serve(t, c)
+		startAgent(t, testConfig(t), &fakeHost{}, tn)
+		testwait.Until(t, 10*time.Second, "a scheduled result stored", func() bool { return c.stored() >= 1 })
+		c.get(func(c *fakeCoord) {
+			for _, r := range c.results {
+				sent := 0
+				for _, ch := range r.GetChecks() {
+					if columns && len(ch.GetMetrics()) > 0 || !columns && ch.GetMetricNames() != "" {
+						t.Errorf("columns=%v: check %s sent %d entries and names %q", columns, ch.GetName(), len(ch.GetMetrics()), ch.GetMetricNames())
+					}
+					sent += len(ch.GetMetrics()) + len(ch.GetMetricValues())
+				}
+				if sent == 0 {
+					t.Errorf("columns=%v: a result without metrics", columns)
+				}
+				if err := wire.CheckMetricsValid(r); err != nil {
+					t.Error(err)
+				}
+				got[columns] = wire.ChecksFromProto(r.GetChecks())
+				break
+			}
+		})
+	}
+	names := func(cs []report.CheckResult) map[string][]string {
+		out := map[string][]string{}
+		for _, c := range cs {
+			out[c.Name] = slices.Sorted(maps.Keys(c.Metrics))
+		}
+		return out
+	}
+	if a, b := names(got[false]), names(got[true]); !reflect.DeepEqual(a, b) {
+		t.Errorf("metric names differ by form:\nentries %v\ncolumns %v", a, b)
 	}
 }

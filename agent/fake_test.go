@@ -128,6 +128,7 @@ type fakeCoord struct {
 	refuseRes  string // non-empty: refuse every result with this reason
 	noWelcome  bool   // take the hello and never answer
 	gossipAddr string // announced in the welcome
+	columns    bool   // the welcome says metric_columns
 	known      []string
 	connects   int
 	connectAt  []time.Time
@@ -175,7 +176,7 @@ func (c *fakeCoord) Connect(st grpc.BidiStreamingServer[fleetcheckv1.AgentMessag
 	if c.db != nil {
 		known = c.db.ids()
 	}
-	gossipAddr := c.gossipAddr
+	gossipAddr, columns := c.gossipAddr, c.columns
 	c.mu.Unlock()
 	if refuse != "" {
 		return status.Error(codes.FailedPrecondition, refuse)
@@ -186,7 +187,7 @@ func (c *fakeCoord) Connect(st grpc.BidiStreamingServer[fleetcheckv1.AgentMessag
 	}
 	if err := st.Send(&fleetcheckv1.CoordinatorMessage{Msg: &fleetcheckv1.CoordinatorMessage_Welcome{Welcome: &fleetcheckv1.Welcome{
 		CoordinatorVersion: "test", ProtocolVersion: "1.0", KnownResultIds: known, HeartbeatIntervalMs: c.heartbeatMs,
-		GossipAddr: gossipAddr,
+		GossipAddr: gossipAddr, MetricColumns: columns,
 	}}}); err != nil {
 		return err
 	}

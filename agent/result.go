@@ -38,12 +38,13 @@ func NewResultID(now time.Time) string {
 	return hex.EncodeToString(b[:])
 }
 
-// toProto converts a result for the wire.
-func (r *Result) toProto() *fleetcheckv1.Result {
+// toProto converts a result for the wire, its metrics in the form the
+// coordinator reads.
+func (r *Result) toProto(form wire.Form) *fleetcheckv1.Result {
 	return wire.ResultToProto(wire.Meta{
 		ID: r.ID, Node: r.Node, WorkID: r.WorkID, Started: r.Started, Finished: r.Finished, Full: r.Full,
 		Trigger: r.Trigger,
-	}, &r.Report)
+	}, &r.Report, form)
 }
 
 func activityToProto(a Activity) fleetcheckv1.NodeActivity {

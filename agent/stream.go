@@ -108,6 +108,7 @@ type session struct {
 	stream agentStream
 	log    zerolog.Logger
 	every  time.Duration
+	form   wire.Form // how results' metrics travel: columns to a coordinator that reads them (Welcome)
 
 	mu       sync.Mutex
 	queue    []*fleetcheckv1.AgentMessage // control messages, sent before results
@@ -167,6 +168,9 @@ func (a *Agent) session(ctx context.Context, ep endpoint) (welcomed bool, err er
 		inflight: map[string]time.Time{},
 		lastRecv: time.Now(),
 		wake:     make(chan struct{}, 1),
+	}
+	if w.GetMetricColumns() {
+		s.form = wire.Columns
 	}
 	if s.every <= 0 {
 		s.every = defaultHeartbeat
@@ -387,7 +391,7 @@ func (s *session) sendResult(id string) error {
 	s.mu.Lock()
 	s.inflight[id] = time.Now()
 	s.mu.Unlock()
-	if err := s.send(&fleetcheckv1.AgentMessage{Msg: &fleetcheckv1.AgentMessage_Result{Result: r.toProto()}}); err != nil {
+	if err := s.send(&fleetcheckv1.AgentMessage{Msg: &fleetcheckv1.AgentMessage_Result{Result: r.toProto(s.form)}}); err != nil {
 		return err
 	}
 	s.log.Debug().Str("result_id", id).Str("work_id", r.WorkID).Msg("result sent")

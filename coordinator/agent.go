@@ -465,6 +465,7 @@ func (s *Server) attach(ctx context.Context, sess *session, hello *pb.Hello) (*p
 		KnownResultIds:      known,
 		HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
 		GossipAddr:          s.GossipAddr(),
+		MetricColumns:       true,
 	}}}, nil
 }
 
@@ -641,6 +642,11 @@ func (x *session) handleResult(r *pb.Result) {
 		if w := s.works.lookup(r.GetWorkId(), x.node); w != nil {
 			w.finish(x.node, &pb.NodeOutcome{Node: x.node, Status: string(report.Error), Reason: "result refused: " + why, ResultId: r.GetId()})
 		}
+	}
+	if err := wire.CheckMetricsValid(r); err != nil {
+		log.Warn().Err(err).Msg("result refused")
+		refuse(fmt.Sprintf("%s: %v", store.ErrInvalid, err))
+		return
 	}
 	res := resultFromProto(r)
 	ack, err := s.store.Ingest(x.ctx, res)

@@ -15,7 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
+	"github.com/fleetcheck/fleetcheck/internal/report"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -164,6 +166,39 @@ func TestResultForAnotherNodeRefused(t *testing.T) {
 	a.sendResult(result("gpu-001", false))
 	if ack := a.ack(5 * time.Second); ack.GetRefused() != "" {
 		t.Fatalf("stream unusable after a refusal: %v", ack)
+	}
+}
+
+// An agent of protocol 1.2 sends metrics as columns: they are stored as
+// entries' are; columns that do not line up are refused, not half stored.
+func TestResultMetricsAsColumns(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, t.TempDir(), nil)
+	a := mustConnect(t, s, "gpu-001")
+	r := result("gpu-001", false)
+	r.Checks[0] = wire.CheckToProtoColumns(report.CheckResult{Name: "gpu.ecc", Status: report.Pass,
+		Metrics: map[string]float64{"gpu3.ecc.dram_uncorrectable": 0, "gpu3.ecc.sram_correctable": 7}})
+	a.sendResult(r)
+	if ack := a.ack(5 * time.Second); ack.GetRefused() != "" || ack.GetStoredUnixMs() == 0 {
+		t.Fatalf("ack = %v", ack)
+	}
+	got, err := s.Store().LoadResult(context.Background(), r.Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := got.Checks[0].Metrics; len(m) != 2 || m["gpu3.ecc.sram_correctable"] != 7 {
+		t.Fatalf("stored metrics %v", m)
+	}
+
+	bad := result("gpu-001", false)
+	bad.Checks[0].Metrics = nil
+	bad.Checks[0].MetricNames, bad.Checks[0].MetricValues = "gpu3.ecc.dram_uncorrectable\n", []float64{0, 1}
+	a.sendResult(bad)
+	if ack := a.ack(5 * time.Second); !strings.Contains(ack.GetRefused(), `invalid result: check "gpu.ecc" sends 1 metric names and 2 values`) {
+		t.Fatalf("ack = %v", ack)
+	}
+	if _, err := s.Store().Result(context.Background(), bad.Id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("refused result stored: %v", err)
 	}
 }
 

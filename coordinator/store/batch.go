@@ -553,36 +553,58 @@ func (s *Store) insertCheckRows(ctx context.Context, tx *sqldb.Tx, rows [][]any)
 // storedResults looks up which of ids are stored already.
 func storedResults(ctx context.Context, tx *sqldb.Tx, ids []any) (map[string]storedRow, error) {
 	out := map[string]storedRow{}
+	err := resultsByID(ctx, tx, "id, node, stored", ids, func(rows *sql.Rows) error {
+		var id string
+		var r storedRow
+		if err := rows.Scan(&id, &r.node, &r.stored); err != nil {
+			return err
+		}
+		out[id] = r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("look up stored results: %w", err)
+	}
+	return out, nil
+}
+
+// idQuerier is a transaction or a pool.
+type idQuerier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	Dialect() sqldb.Dialect
+}
+
+// resultsByID reads the named columns of the results with the given ids
+// (strings), calling each for every row found: in chunks of IN lists on
+// SQLite, as one array parameter on PostgreSQL (one statement, one plan,
+// any count).
+func resultsByID(ctx context.Context, q idQuerier, cols string, ids []any, each func(*sql.Rows) error) error {
 	for done := 0; done < len(ids); {
 		n := chunkRows(len(ids) - done)
-		q, args := `SELECT id, node, stored FROM results WHERE id IN `+inList(n), ids[done:done+n]
-		if tx.Dialect() == sqldb.Postgres {
-			// One array parameter: one statement, one plan, any count.
+		stmt, args := `SELECT `+cols+` FROM results WHERE id IN `+inList(n), ids[done:done+n]
+		if q.Dialect() == sqldb.Postgres {
 			n = len(ids) - done
-			q, args = `SELECT id, node, stored FROM results WHERE id = ANY(?::text[])`, columnArrays([]string{"text"}, ids[done:])
+			stmt, args = `SELECT `+cols+` FROM results WHERE id = ANY(?::text[])`, columnArrays([]string{"text"}, ids[done:])
 		}
-		rows, err := tx.QueryContext(ctx, q, args...)
+		rows, err := q.QueryContext(ctx, stmt, args...)
 		if err != nil {
-			return nil, fmt.Errorf("look up stored results: %w", err)
+			return err
 		}
 		for rows.Next() {
-			var id string
-			var r storedRow
-			if err := rows.Scan(&id, &r.node, &r.stored); err != nil {
+			if err := each(rows); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("look up stored results: %w", err)
+				return err
 			}
-			out[id] = r
 		}
 		if err := rows.Close(); err != nil {
-			return nil, fmt.Errorf("look up stored results: %w", err)
+			return err
 		}
 		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("look up stored results: %w", err)
+			return err
 		}
 		done += n
 	}
-	return out, nil
+	return nil
 }
 
 // writeInventories records the inventories of the batch's new results, in

@@ -22,8 +22,8 @@ func testChecksAfterReadsWhatIsAsked(t *testing.T, be backend) {
 	ctx := context.Background()
 	at := time.Now().Truncate(time.Millisecond)
 	r1 := eccResult("r1", "n1", at, report.Fail)
-	r1.WorkID = "w-1"
-	r2 := Result{ID: "r2", Node: "n2", Started: at, Finished: at.Add(time.Second), Status: report.Pass, Full: true,
+	r1.WorkID, r1.Trigger = "w-1", "request"
+	r2 := Result{ID: "r2", Node: "n2", Started: at, Finished: at.Add(time.Second), Status: report.Pass, Full: true, Trigger: "schedule",
 		Checks: []report.CheckResult{
 			{Name: "ib.counters", Status: report.Pass, Findings: []report.Finding{},
 				Metrics: map[string]float64{"ib.mlx5_0.port1.link_downed_rise_count": 1, "ib.mlx5_0.port1.symbol_error_count": 7}},
@@ -70,6 +70,10 @@ func testChecksAfterReadsWhatIsAsked(t *testing.T, be backend) {
 			if ecc.WorkID != "w-1" || ecc.ResultID != "r1" || ecc.Check.Status != report.Fail || len(ecc.Check.Findings) != 1 ||
 				ecc.Check.Findings[0].Code != "ECC_UNCORRECTABLE" || !ecc.Finished.Equal(at) {
 				t.Errorf("read %+v: first check %+v", tc.read, ecc)
+			}
+			// Each row carries its own result's work id and trigger.
+			if got[0].Trigger != "request" || got[2].WorkID != "" || got[2].Trigger != "schedule" || got[3].ResultID != "r2" {
+				t.Errorf("read %+v: results' fields %+v / %+v", tc.read, got[0], got[2])
 			}
 		}
 	}

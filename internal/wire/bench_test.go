@@ -42,20 +42,37 @@ func resultBytes() []byte {
 // result off the wire into the report form. The metrics as entries
 // against the map field they replace (2026-12-03, this 2-CPU VM, 4 runs
 // each): 162–230 µs and 878 allocations against 278–321 µs and 1,879.
+// Columns (protocol 1.2) against entries: see docs/scale.md.
 func BenchmarkDecodeResult(b *testing.B) {
-	raw := resultBytes()
-	b.ReportAllocs()
-	for b.Loop() {
-		var r pb.Result
-		if err := proto.Unmarshal(raw, &r); err != nil {
-			b.Fatal(err)
-		}
-		n := 0
-		for _, c := range r.GetChecks() {
-			n += len(CheckFromProto(c).Metrics)
-		}
-		if n != 13*27 {
-			b.Fatal(n)
-		}
+	entries := resultBytes()
+	var p pb.Result
+	if err := proto.Unmarshal(entries, &p); err != nil {
+		b.Fatal(err)
+	}
+	_, rep := ResultFromProto(&p)
+	columns, err := proto.Marshal(ResultToProto(Meta{ID: "r-1"}, &rep, Columns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, form := range []struct {
+		name string
+		raw  []byte
+	}{{"entries", entries}, {"columns", columns}} {
+		b.Run(form.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var r pb.Result
+				if err := proto.Unmarshal(form.raw, &r); err != nil {
+					b.Fatal(err)
+				}
+				n := 0
+				for _, c := range r.GetChecks() {
+					n += len(CheckFromProto(c).Metrics)
+				}
+				if n != 13*27 {
+					b.Fatal(n)
+				}
+			}
+		})
 	}
 }

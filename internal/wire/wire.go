@@ -7,7 +7,9 @@
 package wire
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
@@ -52,9 +54,21 @@ func FromUnixMS(v int64) time.Time {
 	return time.UnixMilli(v).UTC()
 }
 
-// ResultToProto builds the wire Result for one inspection pass. The
-// inventory always travels: the coordinator records it with the result.
-func ResultToProto(m Meta, r *report.Report) *pb.Result {
+// Form is how a check's metrics travel: as entries (any coordinator reads
+// them) or as columns (to a coordinator whose Welcome says metric_columns),
+// which cost a coordinator a few allocations per check instead of two per
+// metric.
+type Form int
+
+const (
+	Entries Form = iota
+	Columns
+)
+
+// ResultToProto builds the wire Result for one inspection pass, its
+// metrics in the given form. The inventory always travels: the coordinator
+// records it with the result.
+func ResultToProto(m Meta, r *report.Report, form Form) *pb.Result {
 	return &pb.Result{
 		Id:             m.ID,
 		Node:           m.Node,
@@ -62,7 +76,7 @@ func ResultToProto(m Meta, r *report.Report) *pb.Result {
 		StartedUnixMs:  UnixMS(m.Started),
 		FinishedUnixMs: UnixMS(m.Finished),
 		Status:         string(r.Status),
-		Checks:         ChecksToProto(r.Checks),
+		Checks:         ChecksToProto(r.Checks, form),
 		Inventory:      InventoryToProto(&r.Inventory),
 		Full:           m.Full,
 		Trigger:        m.Trigger,
@@ -94,13 +108,17 @@ func ResultFromProto(p *pb.Result) (Meta, report.Report) {
 }
 
 // ChecksToProto converts check results; nil stays nil.
-func ChecksToProto(cs []report.CheckResult) []*pb.CheckResult {
+func ChecksToProto(cs []report.CheckResult, form Form) []*pb.CheckResult {
 	if cs == nil {
 		return nil
 	}
 	out := make([]*pb.CheckResult, 0, len(cs))
 	for i := range cs {
-		out = append(out, CheckToProto(cs[i]))
+		if form == Columns {
+			out = append(out, CheckToProtoColumns(cs[i]))
+		} else {
+			out = append(out, CheckToProto(cs[i]))
+		}
 	}
 	return out
 }
@@ -114,14 +132,53 @@ func ChecksFromProto(cs []*pb.CheckResult) []report.CheckResult {
 	return out
 }
 
-// CheckToProto converts one check result.
+// CheckToProto converts one check result, its metrics as entries (what
+// every reader takes: the coordinator answers the CLI this way).
 func CheckToProto(c report.CheckResult) *pb.CheckResult {
+	out := checkToProto(c)
+	out.Metrics = MetricsToProto(c.Metrics)
+	return out
+}
+
+// CheckToProtoColumns converts one check result, its metrics as columns
+// for a coordinator that reads them; a check with a name holding
+// the separator ("\n", which no well-formed name does) sends entries.
+func CheckToProtoColumns(c report.CheckResult) *pb.CheckResult {
+	out := checkToProto(c)
+	names := sortedNames(c.Metrics)
+	var b strings.Builder
+	n := 0
+	for _, k := range names {
+		n += len(k) + 1
+	}
+	b.Grow(n)
+	for _, k := range names {
+		if strings.IndexByte(k, metricSep) >= 0 {
+			out.Metrics = MetricsToProto(c.Metrics)
+			return out
+		}
+		b.WriteString(k)
+		b.WriteByte(metricSep)
+	}
+	if len(names) > 0 {
+		out.MetricNames = b.String()
+		out.MetricValues = make([]float64, len(names))
+		for i, k := range names {
+			out.MetricValues[i] = c.Metrics[k]
+		}
+	}
+	return out
+}
+
+// metricSep ends each name in CheckResult.metric_names.
+const metricSep = '\n'
+
+func checkToProto(c report.CheckResult) *pb.CheckResult {
 	out := &pb.CheckResult{
 		Name:       c.Name,
 		Status:     string(c.Status),
 		DurationMs: c.DurationMS,
 		Reason:     c.Reason,
-		Metrics:    MetricsToProto(c.Metrics),
 	}
 	if len(c.Findings) > 0 {
 		out.Findings = make([]*pb.Finding, 0, len(c.Findings))
@@ -140,11 +197,7 @@ func MetricsToProto(m map[string]float64) []*pb.Metric {
 	if len(m) == 0 {
 		return nil
 	}
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
+	names := sortedNames(m)
 	entries := make([]pb.Metric, len(names))
 	out := make([]*pb.Metric, len(names))
 	for i, k := range names {
@@ -152,6 +205,15 @@ func MetricsToProto(m map[string]float64) []*pb.Metric {
 		out[i] = &entries[i]
 	}
 	return out
+}
+
+func sortedNames(m map[string]float64) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // MetricsFromProto reads the message's entries into a map (nil for none;
@@ -180,8 +242,65 @@ func CheckFromProto(c *pb.CheckResult) report.CheckResult {
 	for _, f := range c.GetFindings() {
 		out.Findings = append(out.Findings, FindingFromProto(f))
 	}
-	out.Metrics = MetricsFromProto(c.GetMetrics())
+	if c.GetMetricNames() != "" || len(c.GetMetricValues()) > 0 {
+		out.Metrics = metricsFromColumns(c.GetMetricNames(), c.GetMetricValues())
+	} else {
+		out.Metrics = MetricsFromProto(c.GetMetrics())
+	}
 	return out
+}
+
+// metricsFromColumns reads the columns into a map whose keys share the
+// names' one string (nil for none). Names beyond the values, or values
+// beyond the names, are left out: CheckMetricsValid refuses such a
+// result before a coordinator stores it.
+func metricsFromColumns(names string, values []float64) map[string]float64 {
+	if len(values) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(values))
+	for _, v := range values {
+		k, rest, found := strings.Cut(names, string(metricSep))
+		if !found {
+			break
+		}
+		out[k] = v
+		names = rest
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// CheckMetricsValid says whether every check of a result carries its
+// metrics in one well-formed form: as many names as values, each name
+// ended by the separator, and not both entries and columns.
+func CheckMetricsValid(p *pb.Result) error {
+	for _, c := range p.GetChecks() {
+		names, values := c.GetMetricNames(), c.GetMetricValues()
+		if names == "" && len(values) == 0 {
+			continue
+		}
+		if len(c.GetMetrics()) > 0 {
+			return fmt.Errorf("check %q sends its metrics both as entries and as columns", clip(c.GetName()))
+		}
+		if names != "" && names[len(names)-1] != metricSep {
+			return fmt.Errorf("check %q: metric_names does not end with a newline", clip(c.GetName()))
+		}
+		if n := strings.Count(names, string(metricSep)); n != len(values) {
+			return fmt.Errorf("check %q sends %d metric names and %d values", clip(c.GetName()), n, len(values))
+		}
+	}
+	return nil
+}
+
+// clip bounds a name quoted in an error.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // FindingToProto converts one finding.

@@ -3,11 +3,13 @@ package wire
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"google.golang.org/protobuf/encoding/protowire"
 	"maps"
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,36 +106,44 @@ func TestResultRoundTrip(t *testing.T) {
 		{"empty report", func(*testing.T) report.Report { return report.Report{Status: report.Pass} }},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			rep := tc.rep(t)
-			rep.Node = "gpu-017"
-			meta := Meta{ID: "0193a1b2c3d4e5f60718293a4b5c6d7e", Node: "gpu-017", WorkID: "w-20250304T050607-abcd1234",
-				Started: started, Finished: started.Add(1500 * time.Millisecond), Full: true}
+		for _, form := range []Form{Entries, Columns} {
+			t.Run(fmt.Sprintf("%s, form %d", tc.name, form), func(t *testing.T) {
+				t.Parallel()
+				roundTrip(t, tc.rep(t), started, form)
+			})
+		}
+	}
+}
 
-			p := ResultToProto(meta, &rep)
-			// Through bytes, as on the stream.
-			b, err := proto.Marshal(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var q pb.Result
-			if err := proto.Unmarshal(b, &q); err != nil {
-				t.Fatal(err)
-			}
-			gotMeta, got := ResultFromProto(&q)
-			if gotMeta != meta {
-				t.Errorf("meta: got %+v, want %+v", gotMeta, meta)
-			}
-			if want := normalized(rep); !reflect.DeepEqual(got, want) {
-				t.Errorf("report changed on the wire:\n got %+v\nwant %+v", got, want)
-			}
-			// And back again: the proto side is a fixed point.
-			again := ResultToProto(gotMeta, &got)
-			if !proto.Equal(again, &q) {
-				t.Errorf("proto changed on the second trip:\n got %v\nwant %v", again, &q)
-			}
-		})
+// roundTrip sends rep through bytes and back in the given form.
+func roundTrip(t *testing.T, rep report.Report, started time.Time, form Form) {
+	rep.Node = "gpu-017"
+	meta := Meta{ID: "0193a1b2c3d4e5f60718293a4b5c6d7e", Node: "gpu-017", WorkID: "w-20250304T050607-abcd1234",
+		Started: started, Finished: started.Add(1500 * time.Millisecond), Full: true}
+	p := ResultToProto(meta, &rep, form)
+	if err := CheckMetricsValid(p); err != nil {
+		t.Fatal(err)
+	}
+	// Through bytes, as on the stream.
+	b, err := proto.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q pb.Result
+	if err := proto.Unmarshal(b, &q); err != nil {
+		t.Fatal(err)
+	}
+	gotMeta, got := ResultFromProto(&q)
+	if gotMeta != meta {
+		t.Errorf("meta: got %+v, want %+v", gotMeta, meta)
+	}
+	if want := normalized(rep); !reflect.DeepEqual(got, want) {
+		t.Errorf("report changed on the wire:\n got %+v\nwant %+v", got, want)
+	}
+	// And back again: the proto side is a fixed point.
+	again := ResultToProto(gotMeta, &got, form)
+	if !proto.Equal(again, &q) {
+		t.Errorf("proto changed on the second trip:\n got %v\nwant %v", again, &q)
 	}
 }
 
@@ -233,4 +243,99 @@ func TestMetricsWireCompatibleWithMap(t *testing.T) {
 	if !bytes.Equal(ours, asMap) {
 		t.Fatalf("entries marshal as %x, a map as %x", ours, asMap)
 	}
+}
+
+func TestMetricColumns(t *testing.T) {
+	t.Parallel()
+	m := map[string]float64{"gpu1.temp_c": 44, "gpu0.temp_c": 41, "a.count": 0, "z": -1.5}
+	c := CheckToProtoColumns(report.CheckResult{Name: "gpu.thermal", Status: report.Pass, Metrics: m})
+	if c.GetMetricNames() != "a.count\ngpu0.temp_c\ngpu1.temp_c\nz\n" || !slices.Equal(c.GetMetricValues(), []float64{0, 41, 44, -1.5}) ||
+		len(c.GetMetrics()) != 0 {
+		t.Fatalf("columns: %q %v (entries %d)", c.GetMetricNames(), c.GetMetricValues(), len(c.GetMetrics()))
+	}
+	if got := CheckFromProto(c).Metrics; !maps.Equal(got, m) {
+		t.Fatalf("round trip %v, want %v", got, m)
+	}
+	// A name holding the separator cannot be a column: that check goes as entries.
+	odd := map[string]float64{"bad\nname": 1, "ok": 2}
+	c = CheckToProtoColumns(report.CheckResult{Name: "custom", Status: report.Pass, Metrics: odd})
+	if c.GetMetricNames() != "" || len(c.GetMetricValues()) != 0 || len(c.GetMetrics()) != 2 {
+		t.Fatalf("a name with a newline: %v", c)
+	}
+	if got := CheckFromProto(c).Metrics; !maps.Equal(got, odd) {
+		t.Fatalf("entries fallback read as %v, want %v", got, odd)
+	}
+	if c := CheckToProtoColumns(report.CheckResult{Name: "x", Status: report.Pass}); c.GetMetricNames() != "" || c.GetMetricValues() != nil {
+		t.Errorf("no metrics must send no columns: %v", c)
+	}
+	// A name sent twice keeps its last value, as entries do.
+	if got := CheckFromProto(&pb.CheckResult{MetricNames: "x\nx\n", MetricValues: []float64{1, 2}}).Metrics; len(got) != 1 || got["x"] != 2 {
+		t.Errorf("repeated name: %v", got)
+	}
+}
+
+func TestCheckMetricsValid(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		check *pb.CheckResult
+		want  string // "" for valid
+	}{
+		{"entries", &pb.CheckResult{Name: "a", Metrics: []*pb.Metric{{Key: "x", Value: 1}}}, ""},
+		{"columns", &pb.CheckResult{Name: "a", MetricNames: "x\ny\n", MetricValues: []float64{1, 2}}, ""},
+		{"no metrics", &pb.CheckResult{Name: "a"}, ""},
+		{"an empty name", &pb.CheckResult{Name: "a", MetricNames: "\n", MetricValues: []float64{1}}, ""},
+		{"more values", &pb.CheckResult{Name: "a", MetricNames: "x\n", MetricValues: []float64{1, 2}}, `check "a" sends 1 metric names and 2 values`},
+		{"more names", &pb.CheckResult{Name: "a", MetricNames: "x\ny\n", MetricValues: []float64{1}}, `check "a" sends 2 metric names and 1 values`},
+		{"values only", &pb.CheckResult{Name: "a", MetricValues: []float64{1}}, `check "a" sends 0 metric names and 1 values`},
+		{"names only", &pb.CheckResult{Name: "a", MetricNames: "x\n"}, `check "a" sends 1 metric names and 0 values`},
+		{"no last newline", &pb.CheckResult{Name: "a", MetricNames: "x\ny", MetricValues: []float64{1, 2}}, `does not end with a newline`},
+		{"both forms", &pb.CheckResult{Name: "a", MetricNames: "x\n", MetricValues: []float64{1}, Metrics: []*pb.Metric{{Key: "y"}}},
+			`both as entries and as columns`},
+		{"a long name clipped", &pb.CheckResult{Name: strings.Repeat("n", 500), MetricValues: []float64{1}}, `"` + strings.Repeat("n", 64) + `..."`},
+	}
+	for _, tc := range tests {
+		err := CheckMetricsValid(&pb.Result{Checks: []*pb.CheckResult{{Name: "fine"}, tc.check}})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: got %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// FuzzMetricColumns: whatever the columns hold, the check reads without
+// a panic, and a check that passes CheckMetricsValid keeps one metric
+// per distinct name, each with its last value.
+func FuzzMetricColumns(f *testing.F) {
+	f.Add("a\nb\n", 2)
+	f.Add("a\na\n", 2)
+	f.Add("\n\n", 1)
+	f.Add("no newline", 3)
+	f.Add("", 0)
+	f.Fuzz(func(t *testing.T, names string, n int) {
+		n = max(0, min(n, 1000))
+		values := make([]float64, n)
+		for i := range values {
+			values[i] = float64(i)
+		}
+		c := &pb.CheckResult{Name: "fuzz", MetricNames: names, MetricValues: values}
+		got := CheckFromProto(c).Metrics
+		if CheckMetricsValid(&pb.Result{Checks: []*pb.CheckResult{c}}) != nil {
+			return
+		}
+		want := map[string]float64{}
+		for i, k := range strings.Split(strings.TrimSuffix(names, "\n"), "\n") {
+			if names != "" {
+				want[k] = values[i]
+			}
+		}
+		if len(want) == 0 {
+			want = nil
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("columns %q %v read as %v, want %v", names, values, got, want)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fleetcheck/fleetcheck/agent"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 	"github.com/fleetcheck/fleetcheck/proto/version"
 )
@@ -24,6 +25,7 @@ type sim struct {
 	stream grpc.BidiStreamingClient[pb.AgentMessage, pb.CoordinatorMessage]
 	cancel context.CancelFunc
 	every  time.Duration
+	form   wire.Form // how results' metrics travel, columns when the welcome says the coordinator reads them
 
 	sendMu sync.Mutex // a gRPC stream takes one writer at a time
 
@@ -100,6 +102,9 @@ func (f *Fleet) connect(ctx context.Context, cc *grpc.ClientConn, name string, i
 		pending: map[string]pending{},
 		window:  make(chan struct{}, f.cfg.Window),
 	}
+	if w.GetMetricColumns() {
+		s.form = wire.Columns
+	}
 	if s.every <= 0 {
 		s.every = 10 * time.Second
 	}
@@ -120,7 +125,7 @@ func (s *sim) send(m *pb.AgentMessage) error {
 func (s *sim) sendResult(sub subset, workID string, sustain bool) (string, error) {
 	now := time.Now()
 	id := agent.NewResultID(now)
-	r := s.fleet.fx.result(sub, id, s.name, workID, now)
+	r := s.fleet.fx.result(sub, s.form, id, s.name, workID, now)
 	s.mu.Lock()
 	s.pending[id] = pending{workID: workID, checks: len(sub.checks), sent: now, sustain: sustain}
 	s.mu.Unlock()

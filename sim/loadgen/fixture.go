@@ -41,6 +41,7 @@ import (
 type Fixture struct {
 	names     []string // the checks, in report order
 	byName    map[string]*pb.CheckResult
+	columns   map[string]*pb.CheckResult // the same, metrics as columns (protocol 1.2)
 	inventory *pb.Inventory
 	all       subset
 
@@ -52,8 +53,9 @@ type Fixture struct {
 type subset struct {
 	checks []*pb.CheckResult
 	status string
-	full   bool   // every passive check: a "full result"
-	wire   []byte // checks and inventory as a pb.Result's encoded fields
+	full   bool              // every passive check: a "full result"
+	wire   [2][]byte         // by wire.Form: checks and inventory as a pb.Result's encoded fields
+	cols   []*pb.CheckResult // checks, metrics as columns
 }
 
 // Result's field numbers for the pre-encoded parts.
@@ -65,25 +67,36 @@ var (
 )
 
 // encode fills s.wire: each check, then the inventory, as length-delimited
-// fields of a pb.Result, the encoding proto.Marshal gives them.
+// fields of a pb.Result, the encoding proto.Marshal gives them; in both
+// forms of the metrics, for coordinators of either protocol.
 func (s *subset) encode(inv *pb.Inventory) error {
+	for form, checks := range [][]*pb.CheckResult{wire.Entries: s.checks, wire.Columns: s.cols} {
+		b, err := encodeFields(checks, inv)
+		if err != nil {
+			return err
+		}
+		s.wire[form] = b
+	}
+	return nil
+}
+
+func encodeFields(checks []*pb.CheckResult, inv *pb.Inventory) ([]byte, error) {
 	var b []byte
-	for _, c := range s.checks {
+	for _, c := range checks {
 		m, err := marshalFixtures.Marshal(c)
 		if err != nil {
-			return fmt.Errorf("check %s: %w", c.GetName(), err)
+			return nil, fmt.Errorf("check %s: %w", c.GetName(), err)
 		}
 		b = protowire.AppendBytes(protowire.AppendTag(b, checksField, protowire.BytesType), m)
 	}
 	if inv != nil {
 		m, err := marshalFixtures.Marshal(inv)
 		if err != nil {
-			return fmt.Errorf("inventory: %w", err)
+			return nil, fmt.Errorf("inventory: %w", err)
 		}
 		b = protowire.AppendBytes(protowire.AppendTag(b, inventoryField, protowire.BytesType), m)
 	}
-	s.wire = b
-	return nil
+	return b, nil
 }
 
 // LoadFixture analyzes the bundle at dir (a directory or .tar.gz) with every
@@ -103,13 +116,16 @@ func LoadFixture(ctx context.Context, dir string) (*Fixture, error) {
 
 // NewFixture builds a fixture from a report whose checks are the passive ones.
 func NewFixture(rep *report.Report) (*Fixture, error) {
-	p := wire.ResultToProto(wire.Meta{}, rep)
-	f := &Fixture{byName: map[string]*pb.CheckResult{}, inventory: p.GetInventory(), subsets: map[string]subset{}}
-	for _, c := range p.GetChecks() {
+	p := wire.ResultToProto(wire.Meta{}, rep, wire.Entries)
+	cols := wire.ChecksToProto(rep.Checks, wire.Columns)
+	f := &Fixture{byName: map[string]*pb.CheckResult{}, columns: map[string]*pb.CheckResult{}, inventory: p.GetInventory(),
+		subsets: map[string]subset{}}
+	for i, c := range p.GetChecks() {
 		f.names = append(f.names, c.GetName())
 		f.byName[c.GetName()] = c
+		f.columns[c.GetName()] = cols[i]
 	}
-	f.all = subset{checks: p.GetChecks(), status: string(rep.Status), full: true}
+	f.all = subset{checks: p.GetChecks(), cols: cols, status: string(rep.Status), full: true}
 	if err := f.all.encode(f.inventory); err != nil {
 		return nil, err
 	}
@@ -142,6 +158,7 @@ func (f *Fixture) pick(names []string) (subset, error) {
 		}
 		c := f.byName[n]
 		s.checks = append(s.checks, c)
+		s.cols = append(s.cols, f.columns[n])
 		st = report.Worse(st, report.Status(c.GetStatus()))
 	}
 	for _, n := range names {
@@ -163,8 +180,9 @@ func (f *Fixture) pick(names []string) (subset, error) {
 
 // result builds one wire result from a part of the fixture: its own
 // fields, and the part's checks and inventory as encoded bytes (shared,
-// only read). Marshalled, it is the result with those messages in it.
-func (f *Fixture) result(s subset, id, node, workID string, now time.Time) *pb.Result {
+// only read), their metrics in the given form. Marshalled, it is the
+// result with those messages in it.
+func (f *Fixture) result(s subset, form wire.Form, id, node, workID string, now time.Time) *pb.Result {
 	r := &pb.Result{
 		Id:             id,
 		Node:           node,
@@ -174,6 +192,6 @@ func (f *Fixture) result(s subset, id, node, workID string, now time.Time) *pb.R
 		Status:         s.status,
 		Full:           s.full,
 	}
-	r.ProtoReflect().SetUnknown(s.wire)
+	r.ProtoReflect().SetUnknown(s.wire[form])
 	return r
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/fleetcheck/fleetcheck/coordinator"
 	"github.com/fleetcheck/fleetcheck/coordinator/store"
 	"github.com/fleetcheck/fleetcheck/internal/testwait"
+	"github.com/fleetcheck/fleetcheck/internal/wire"
 	pb "github.com/fleetcheck/fleetcheck/proto/fleetcheck/v1"
 )
 
@@ -150,8 +152,12 @@ func TestFixtureParts(t *testing.T) {
 	// What goes on the wire is the result with the part's messages in it,
 	// byte for byte what marshalling them writes.
 	now := time.Now()
-	for _, sub := range []subset{part, all} {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(fx.result(sub, "id-1", "n1", "w1", now))
+	for _, c := range []struct {
+		sub  subset
+		form wire.Form
+	}{{part, wire.Entries}, {all, wire.Entries}, {part, wire.Columns}, {all, wire.Columns}} {
+		sub := c.sub
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(fx.result(sub, c.form, "id-1", "n1", "w1", now))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,8 +169,16 @@ func TestFixtureParts(t *testing.T) {
 			r.GetFull() != sub.full || len(r.ProtoReflect().GetUnknown()) != 0 {
 			t.Errorf("result: %v", &r)
 		}
+		checks := sub.checks
+		if c.form == wire.Columns {
+			checks = sub.cols
+			// Either form, a coordinator reads the same checks.
+			if got, want := wire.ChecksFromProto(r.GetChecks()), wire.ChecksFromProto(sub.checks); !reflect.DeepEqual(got, want) {
+				t.Errorf("columns read as\n%v\nnot\n%v", got, want)
+			}
+		}
 		want := &pb.Result{Id: "id-1", Node: "n1", WorkId: "w1", StartedUnixMs: now.Add(-250 * time.Millisecond).UnixMilli(),
-			FinishedUnixMs: now.UnixMilli(), Status: sub.status, Checks: sub.checks, Inventory: fx.inventory, Full: sub.full}
+			FinishedUnixMs: now.UnixMilli(), Status: sub.status, Checks: checks, Inventory: fx.inventory, Full: sub.full}
 		if !proto.Equal(&r, want) {
 			t.Errorf("the encoded result reads back as\n%v\nnot\n%v", &r, want)
 		}
