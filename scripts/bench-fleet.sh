@@ -9,6 +9,7 @@
 # wants the machine to itself.
 #
 # Knobs: AGENTS, BIG_AGENTS (0 skips the big run), SUSTAIN (10s), CHECK_RUNS (3),
+# COORD_YAML (more lines for the coordinator's config, e.g. "batch: {writers: 8}"),
 # BUNDLE, FLEETCHECK (a fleetcheck binary to measure instead of building
 # this tree's, for before/after pairs), KEEP=1 keeps the work directory (logs, databases), PG_OPTS (more
 # server options, e.g. "-c shared_preload_libraries=pg_stat_statements"), STORE: sqlite
@@ -125,6 +126,7 @@ http_listen: 127.0.0.1:$http_port
 data_dir: $work/$name/data
 store_url: "$url"
 insecure: true
+${COORD_YAML:-}
 EOF
 	"$work/fleetcheck" coordinator --config "$work/$name/coordinator.yaml" --log-format json \
 		>"$work/$name/coordinator.log" 2>&1 &
