@@ -49,7 +49,9 @@ var remedFeedRead = store.ChecksRead{MetricsOf: escalate.MetricChecks, KeepMetri
 
 // remedFeedKept reads remedFeedRead's metrics from where ingest keeps
 // them apart (store.Options.Feed): the rows' full metrics stay unread.
-var remedFeedKept = store.ChecksRead{Feed: true}
+// Sparse: of the rows without findings, only those whose metrics the
+// rules read come whole (the ladder takes nothing from the others).
+var remedFeedKept = store.ChecksRead{Feed: true, Sparse: true}
 
 // remedGap is a run of stored-order numbers not seen yet.
 type remedGap struct {
@@ -172,7 +174,7 @@ func (f *remedFeed) poll(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rows = append(rows, got...)
+		rows = appendRead(rows, got)
 		from := g.from
 		for _, r := range got {
 			if r.Seq > from {
@@ -196,7 +198,7 @@ func (f *remedFeed) poll(ctx context.Context) error {
 			}
 			f.last = r.Seq
 		}
-		rows = append(rows, got...)
+		rows = appendRead(rows, got)
 		if len(got) < remedFeedBatch || ctx.Err() != nil {
 			break
 		}
@@ -206,6 +208,17 @@ func (f *remedFeed) poll(ctx context.Context) error {
 	}
 	f.observe(ctx, rows)
 	return f.save(ctx)
+}
+
+// appendRead appends the rows of got read whole: a skipped row counts
+// for the feed's place and gaps only.
+func appendRead(rows, got []store.SeqCheck) []store.SeqCheck {
+	for _, r := range got {
+		if !r.Skipped {
+			rows = append(rows, r)
+		}
+	}
+	return rows
 }
 
 // observe hands the scheduled results among rows to the engine.
@@ -224,7 +237,7 @@ func scheduledResults(rows []store.SeqCheck) []remediation.Observed {
 	var out []remediation.Observed
 	by := map[string]int{}
 	for _, r := range rows {
-		if r.WorkID != "" {
+		if r.WorkID != "" || r.Skipped {
 			continue
 		}
 		i, ok := by[r.ResultID]

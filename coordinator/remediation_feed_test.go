@@ -46,6 +46,20 @@ func (s *sinkRec) Observe(_ context.Context, node string, checks []report.CheckR
 	return nil
 }
 
+// feedFindings are the findings these tests' checks come with: an Xid,
+// warnings of ib.ports and gpu.pcie; any other check none. A row with no
+// findings, of a check whose metrics the rules do not read (gpu.health),
+// is read as its number alone and handed on with nothing.
+func feedFindings(check string) []report.Finding {
+	switch check {
+	case "gpu.xid":
+		return []report.Finding{{Severity: report.SevFail, Component: "GPU0", Code: "XID_79", Message: "fell off the bus"}}
+	case "ib.ports", "gpu.pcie":
+		return []report.Finding{{Severity: report.SevWarn, Component: "node", Code: "TEST", Message: "a warning"}}
+	}
+	return nil
+}
+
 func (s *sinkRec) Cursor(_ context.Context, name string) (string, bool, error) {
 	v, ok := s.cursors[name]
 	return v, ok, nil
@@ -73,7 +87,7 @@ func TestRemedFeedReadsGapsAgain(t *testing.T) {
 		t.Helper()
 		r := store.Result{ID: id, Node: node, WorkID: work, Started: at, Finished: at.Add(time.Second), Status: report.Pass}
 		for _, c := range checks {
-			r.Checks = append(r.Checks, report.CheckResult{Name: c, Status: report.Pass})
+			r.Checks = append(r.Checks, report.CheckResult{Name: c, Status: report.Pass, Findings: feedFindings(c)})
 		}
 		if _, err := st.Ingest(ctx, r); err != nil {
 			t.Fatal(err)
@@ -87,8 +101,9 @@ func TestRemedFeedReadsGapsAgain(t *testing.T) {
 	if err := f.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ingest("r1", "n1", "", "gpu.ecc", "gpu.xid")
+	ingest("r1", "n1", "", "gpu.ecc", "gpu.health", "gpu.xid")
 	ingest("r2", "n2", "", "ib.ports")
+	ingest("r2b", "n2", "", "gpu.health")           // nothing in it for the ladder
 	ingest("r3", "n3", "sweep-1", "nccl.allreduce") // a campaign's run
 	// r2's row is not visible yet: its number is a gap.
 	db := st.OpenDB()
@@ -167,7 +182,7 @@ func TestRemedFeedRecallsOnResume(t *testing.T) {
 		}
 		r := store.Result{ID: id, Node: node, WorkID: work, Started: now.Add(-ago - time.Second), Finished: now.Add(-ago), Status: report.Pass}
 		for _, c := range checks {
-			r.Checks = append(r.Checks, report.CheckResult{Name: c, Status: report.Pass,
+			r.Checks = append(r.Checks, report.CheckResult{Name: c, Status: report.Pass, Findings: feedFindings(c),
 				Metrics: map[string]float64{"ib.mlx5_0.port1.link_downed_rise_count": 1, "gpu0.power_w": 70}})
 		}
 		if _, err := st.Ingest(ctx, r); err != nil {

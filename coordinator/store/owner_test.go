@@ -3,10 +3,13 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
+	"github.com/fleetcheck/fleetcheck/internal/sqldb"
 )
 
 func TestNodeOwner(t *testing.T) { both(t, testNodeOwner) }
@@ -138,5 +141,53 @@ func testLoadResult(t *testing.T, be backend) {
 	}
 	if _, err := s.LoadResult(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown result: %v", err)
+	}
+}
+
+func TestLoadResultReadsByIndex(t *testing.T) { both(t, testLoadResultReadsByIndex) }
+
+// LoadResult finds a result's rows along an index, not by reading the
+// whole table: each database's plan for its query says so (PostgreSQL
+// told to avoid sequential scans it can avoid, as a full table would).
+func testLoadResultReadsByIndex(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
+	defer s.Close()
+	ctx := context.Background()
+	conn, err := s.r.SQL().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	explain := "EXPLAIN QUERY PLAN "
+	if s.d == sqldb.Postgres {
+		explain = "EXPLAIN "
+		if _, err := conn.ExecContext(ctx, `SET enable_seqscan = off`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := conn.QueryContext(ctx, explain+s.d.Rebind(loadResultChecks), "n1", int64(1), "r1", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	var plan []string
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, fmt.Sprint(vals[len(vals)-1]))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := strings.Join(plan, " | ")
+	if !strings.Contains(p, "check_results_node_finished") || strings.Contains(p, "Seq Scan") {
+		t.Errorf("LoadResult's plan reads no index: %s", p)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleetcheck/fleetcheck/internal/report"
@@ -221,6 +222,10 @@ func utcDay(d sqldb.Dialect, col string) string {
 // SeqCheck is a stored check result with its place in stored order.
 type SeqCheck struct {
 	Seq int64
+	// Skipped: a Sparse read's row of no interest to it, which comes as
+	// its number alone (the rest empty), so that its reader still sees
+	// every number and can tell a row skipped from one not yet committed.
+	Skipped bool
 	StoredCheck
 }
 
@@ -241,6 +246,11 @@ type ChecksRead struct {
 	// MetricsOf and KeepMetric then apply (this read's are ignored); a
 	// row stored without them is read as those say.
 	Feed bool
+	// Sparse reads in full only the rows with findings and those of the
+	// checks whose metrics are read (MetricsOf; nil: every row); the
+	// others come Skipped. A healthy pass's ~13 rows are then ~2 for the
+	// remediation feed, which reads every stored result.
+	Sparse bool
 }
 
 // ChecksAfter returns the check results numbered above after and at
@@ -314,40 +324,76 @@ func (s *Store) RecentChecks(ctx context.Context, since time.Time, upTo int64, c
 	return out, nil
 }
 
+// sqlArgs gathers a statement's arguments as its SQL is written.
+type sqlArgs struct{ args []any }
+
+// in is "(?, ...)" for vals, appended.
+func (q *sqlArgs) in(vals []string) string {
+	for _, v := range vals {
+		q.args = append(q.args, v)
+	}
+	return inList(len(vals))
+}
+
 // readChecks reads check results joined with their results' work ids;
 // tail is the WHERE, ORDER and LIMIT, over args.
 func (s *Store) readChecks(ctx context.Context, read ChecksRead, tail string, args ...any) ([]SeqCheck, error) {
-	kept := read.Feed
+	kept, sparse := read.Feed, read.Sparse
 	if kept {
 		if s.opts.Feed == nil {
 			return nil, errors.New("a read of the feed's metrics from a store that keeps none (Options.Feed)")
 		}
 		read = *s.opts.Feed
 	}
-	metrics, margs := "c.metrics", []any{}
-	if read.MetricsOf != nil {
-		// The server leaves the other rows' metrics unread (not even
-		// decompressed), and sends none.
-		metrics = `'{}'`
-		if len(read.MetricsOf) > 0 {
-			metrics = `CASE WHEN c.check_name IN ` + inList(len(read.MetricsOf)) + ` THEN c.metrics ELSE '{}' END`
-			for _, c := range read.MetricsOf {
-				margs = append(margs, c)
+	// Each expression is written with its arguments appended as it is
+	// written, so placeholders and arguments keep one order.
+	var q sqlArgs
+	checkIn := func(names []string) string { return `c.check_name IN ` + q.in(names) }
+	metrics := func() string {
+		m := "c.metrics"
+		if read.MetricsOf != nil {
+			// The server leaves the other rows' metrics unread (not even
+			// decompressed), and sends none.
+			m = `'{}'`
+			if len(read.MetricsOf) > 0 {
+				m = `CASE WHEN ` + checkIn(read.MetricsOf) + ` THEN c.metrics ELSE '{}' END`
 			}
 		}
+		if kept {
+			// Rows stored before schema 7, or by a store without Feed,
+			// have none kept (empty).
+			m = `CASE WHEN c.feed_metrics <> '' THEN c.feed_metrics ELSE ` + m + ` END`
+		}
+		return m
 	}
-	if kept {
-		// Rows stored before schema 7, or by a store without Feed, have
-		// none kept (empty).
-		metrics = `CASE WHEN c.feed_metrics <> '' THEN c.feed_metrics ELSE ` + metrics + ` END`
+	// col writes a column; on a sparse read, empty ('' or 0) for a row
+	// skipped: the server still reads the row, but the client decodes (and
+	// allocates) nothing of it.
+	col := func(_ string, c func() string) string { return c() }
+	full := "1"
+	if sparse && read.MetricsOf != nil {
+		wanted := func() string {
+			if len(read.MetricsOf) == 0 {
+				return `c.findings <> '[]'`
+			}
+			return `(c.findings <> '[]' OR ` + checkIn(read.MetricsOf) + `)`
+		}
+		full = `CASE WHEN ` + wanted() + ` THEN 1 ELSE 0 END`
+		col = func(zero string, c func() string) string {
+			w := wanted()
+			return `CASE WHEN ` + w + ` THEN ` + c() + ` ELSE ` + zero + ` END`
+		}
 	}
+	name := func(c string) func() string { return func() string { return c } }
+	cols := []string{col("''", name("c.result_id")), col("''", name("c.node")), col("0", name("c.finished")),
+		col("''", name("c.check_name")), col("''", name("c.status")), col("''", name("c.reason")),
+		col("''", name("c.findings")), col("''", metrics), col("0", name("c.duration_ms"))}
 	// The results' work ids and triggers are read apart, once a result
 	// (a join looked its result up again for each of its ~13 rows: on
 	// PostgreSQL, half of this read's server time).
-	rows, err := s.r.QueryContext(ctx, `SELECT c.id, c.result_id, c.node, c.finished, c.check_name,
-			c.status, c.reason, c.findings, `+metrics+`, c.duration_ms
+	rows, err := s.r.QueryContext(ctx, `SELECT c.id, `+full+`, `+strings.Join(cols, ", ")+`
 		FROM check_results c
-		`+tail, append(margs, args...)...)
+		`+tail, append(q.args, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -355,11 +401,15 @@ func (s *Store) readChecks(ctx context.Context, read ChecksRead, tail string, ar
 	var out []SeqCheck
 	for rows.Next() {
 		var sc SeqCheck
-		var fin int64
+		var fin, whole int64
 		var findings, metrics, status string
-		if err := rows.Scan(&sc.Seq, &sc.ResultID, &sc.Node, &fin, &sc.Check.Name, &status,
+		if err := rows.Scan(&sc.Seq, &whole, &sc.ResultID, &sc.Node, &fin, &sc.Check.Name, &status,
 			&sc.Check.Reason, &findings, &metrics, &sc.Check.DurationMS); err != nil {
 			return nil, err
+		}
+		if whole == 0 {
+			out = append(out, SeqCheck{Seq: sc.Seq, Skipped: true})
+			continue
 		}
 		sc.Finished = fromMS(fin)
 		sc.Check.Status = report.Status(status)
@@ -388,7 +438,7 @@ func (s *Store) addResultTriggers(ctx context.Context, rows []SeqCheck) error {
 	var ids []any
 	seen := make(map[string]bool)
 	for i := range rows {
-		if id := rows[i].ResultID; !seen[id] {
+		if id := rows[i].ResultID; !rows[i].Skipped && !seen[id] {
 			seen[id] = true
 			ids = append(ids, id)
 		}
@@ -423,6 +473,13 @@ func (s *Store) LastCheckSeq(ctx context.Context) (int64, error) {
 	return v.Int64, nil
 }
 
+// loadResultChecks reads one result's check rows (node, finished,
+// result id, limit) along the (node, finished) index: every row of a
+// result carries the result's node and finished time. By result id
+// alone, which no index has, it read the whole table.
+const loadResultChecks = `SELECT check_name, status, reason, findings, metrics, duration_ms
+	FROM check_results WHERE node = ? AND finished = ? AND result_id = ? ORDER BY id LIMIT ?`
+
 // LoadResult reads one result back whole: its header and its checks in
 // the order they were stored, or ErrNotFound, with the node's newest
 // inventory: a result's own is not kept (agents send the same one with
@@ -437,8 +494,7 @@ func (s *Store) LoadResult(ctx context.Context, id string) (Result, error) {
 	}
 	r := Result{ID: h.ID, Node: h.Node, WorkID: h.WorkID, Started: h.Started, Finished: h.Finished, Status: h.Status,
 		Full: h.Full, Trigger: h.Trigger}
-	rows, err := s.r.QueryContext(ctx, `SELECT check_name, status, reason, findings, metrics, duration_ms
-		FROM check_results WHERE result_id = ? ORDER BY id LIMIT ?`, id, maxLimit)
+	rows, err := s.r.QueryContext(ctx, loadResultChecks, h.Node, ms(h.Finished), id, maxLimit)
 	if err != nil {
 		return Result{}, fmt.Errorf("result %s checks: %w", id, err)
 	}

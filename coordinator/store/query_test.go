@@ -50,6 +50,13 @@ func testChecksAfterReadsWhatIsAsked(t *testing.T, be backend) {
 			"n1/gpu.ecc:gpu3.ecc.dram_uncorrectable=2 n1/ib.ports: n2/ib.counters:ib.mlx5_0.port1.link_downed_rise_count=1 n2/gpu.health:"},
 		{ChecksRead{MetricsOf: []string{"ib.counters"}, KeepMetric: func(_, name string) bool { return wantOnly(name) }},
 			"n1/gpu.ecc: n1/ib.ports: n2/ib.counters:ib.mlx5_0.port1.link_downed_rise_count=1 n2/gpu.health:"},
+		// Sparse: whole rows are those with findings and those of
+		// MetricsOf; the others their numbers alone ("-").
+		{ChecksRead{MetricsOf: []string{"ib.counters"}, Sparse: true},
+			"n1/gpu.ecc: - n2/ib.counters:ib.mlx5_0.port1.link_downed_rise_count=1,ib.mlx5_0.port1.symbol_error_count=7 -"},
+		{ChecksRead{MetricsOf: []string{}, Sparse: true}, "n1/gpu.ecc: - - -"},
+		{ChecksRead{Sparse: true}, "n1/gpu.ecc:gpu3.ecc.dram_uncorrectable=2 n1/ib.ports: " +
+			"n2/ib.counters:ib.mlx5_0.port1.link_downed_rise_count=1,ib.mlx5_0.port1.symbol_error_count=7 n2/gpu.health:gpu0.temperature_c=31"},
 	} {
 		got, err := s.ChecksAfter(ctx, 0, 0, 100, tc.read)
 		if err != nil {
@@ -60,12 +67,22 @@ func testChecksAfterReadsWhatIsAsked(t *testing.T, be backend) {
 			if i > 0 && c.Seq <= got[i-1].Seq {
 				t.Fatalf("out of stored order: %d after %d", c.Seq, got[i-1].Seq)
 			}
+			if c.Skipped {
+				if c.ResultID != "" || c.Node != "" || c.Check.Name != "" || c.Check.Findings != nil || c.Check.Metrics != nil {
+					t.Errorf("read %+v: a skipped row carries more than its number: %+v", tc.read, c)
+				}
+				b = append(b, "-")
+				continue
+			}
 			b = append(b, fmt.Sprintf("%s/%s:%s", c.Node, c.Check.Name, metricList(c.Check.Metrics)))
 		}
 		if g := strings.Join(b, " "); g != tc.want {
 			t.Errorf("read %+v:\n got %s\nwant %s", tc.read, g, tc.want)
 		}
-		if len(got) == 4 {
+		if len(got) != 4 {
+			t.Errorf("read %+v: %d rows, want all 4 numbers", tc.read, len(got))
+		}
+		if !tc.read.Sparse || tc.read.MetricsOf == nil {
 			ecc := got[0]
 			if ecc.WorkID != "w-1" || ecc.ResultID != "r1" || ecc.Check.Status != report.Fail || len(ecc.Check.Findings) != 1 ||
 				ecc.Check.Findings[0].Code != "ECC_UNCORRECTABLE" || !ecc.Finished.Equal(at) {
