@@ -247,53 +247,41 @@ func (s *Store) commitTx(inv *invCache, batch []*ingestReq, stored time.Time) er
 const maxCommitTries = 5
 
 func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, inv *invCache, batch []*ingestReq, storedMS int64) (map[string]invSeen, error) {
-	unique := make(map[string]bool, len(batch))
-	ids := make([]any, 0, len(batch))
-	for _, req := range batch {
-		if !unique[req.r.ID] {
-			unique[req.r.ID] = true
-			ids = append(ids, req.r.ID)
+	// Which copy in the batch is the original depends on who stored the
+	// id before. SQLite's one writer looks the ids up first; on
+	// PostgreSQL the insert tells (another coordinator may store an id a
+	// moment before), and only ids it did not insert are looked up.
+	var known map[string]storedRow
+	if tx.Dialect() != sqldb.Postgres {
+		unique := make(map[string]bool, len(batch))
+		ids := make([]any, 0, len(batch))
+		for _, req := range batch {
+			if !unique[req.r.ID] {
+				unique[req.r.ID] = true
+				ids = append(ids, req.r.ID)
+			}
+		}
+		var err error
+		if known, err = storedResults(ctx, tx, ids); err != nil {
+			return nil, err
 		}
 	}
-	// Looked up first on both databases: which copy in the batch is the
-	// original depends on who stored the id before. On PostgreSQL the
-	// insert still checks again (insertResults), for other coordinators.
-	known, err := storedResults(ctx, tx, ids)
+	fresh, lost, err := s.insertResults(ctx, tx, resolveCopies(batch, known, nil), storedMS)
 	if err != nil {
 		return nil, err
 	}
-
-	// An id belongs to the node that stored it first, in an earlier batch
-	// (known) or earlier in this one (inserting): a copy from that node is
-	// answered with the original ack, one from another node is a conflict.
-	inserting := make(map[string]int, len(batch))
-	var fresh []*ingestReq
-	for i, req := range batch {
-		r := &req.r
-		owner := ""
-		if k, ok := known[r.ID]; ok {
-			owner = k.node
-			if owner == r.Node {
-				req.ack = Ack{ResultID: r.ID, Duplicate: true, Stored: fromMS(k.stored)}
-				continue
-			}
-		} else if j, ok := inserting[r.ID]; ok {
-			owner = batch[j].r.Node
-			if owner == r.Node {
-				req.dupOf = j
-				continue
-			}
+	if len(lost) > 0 {
+		if known, err = storedResults(ctx, tx, lost); err != nil {
+			return nil, err
 		}
-		if owner != "" {
-			req.err = fmt.Errorf("%w: %s is %s's, not %s's", ErrIDConflict, r.ID, owner, r.Node)
-			continue
+		again := make(map[string]bool, len(lost))
+		for _, id := range lost {
+			if _, ok := known[id.(string)]; !ok {
+				return nil, fmt.Errorf("results: %s neither inserted nor stored", id)
+			}
+			again[id.(string)] = true
 		}
-		inserting[r.ID] = i
-		fresh = append(fresh, req)
-	}
-	fresh, err = s.insertResults(ctx, tx, fresh, storedMS)
-	if err != nil {
-		return nil, err
+		resolveCopies(batch, known, again)
 	}
 
 	checks := 0
@@ -358,6 +346,47 @@ func (s *Store) writeBatch(ctx context.Context, tx *sqldb.Tx, inv *invCache, bat
 	return writeInventories(ctx, tx, inv, fresh)
 }
 
+// resolveCopies answers the requests whose ids are stored already (known)
+// or sent twice in the batch, and returns the others, to be inserted. An
+// id belongs to the node that stored it first, in an earlier batch
+// (known) or earlier in this one: a copy from that node is answered with
+// the original ack, one from another node is a conflict. With only, just
+// the requests of those ids are answered again (all of them known).
+func resolveCopies(batch []*ingestReq, known map[string]storedRow, only map[string]bool) []*ingestReq {
+	inserting := make(map[string]int, len(batch))
+	var fresh []*ingestReq
+	for i, req := range batch {
+		r := &req.r
+		if only != nil {
+			if !only[r.ID] {
+				continue
+			}
+			req.ack, req.err, req.dupOf = Ack{}, nil, -1
+		}
+		owner := ""
+		if k, ok := known[r.ID]; ok {
+			owner = k.node
+			if owner == r.Node {
+				req.ack = Ack{ResultID: r.ID, Duplicate: true, Stored: fromMS(k.stored)}
+				continue
+			}
+		} else if j, ok := inserting[r.ID]; ok {
+			owner = batch[j].r.Node
+			if owner == r.Node {
+				req.dupOf = j
+				continue
+			}
+		}
+		if owner != "" {
+			req.err = fmt.Errorf("%w: %s is %s's, not %s's", ErrIDConflict, r.ID, owner, r.Node)
+			continue
+		}
+		inserting[r.ID] = i
+		fresh = append(fresh, req)
+	}
+	return fresh
+}
+
 // newerRow is CheckState.Newer on stored columns.
 func newerRow(finished int64, id string, curFinished int64, curID string) bool {
 	if finished != curFinished {
@@ -398,14 +427,15 @@ func resultRow(r *Result, storedMS int64) []any {
 }
 
 // insertResults writes the results' rows and returns the requests whose
-// row it wrote. On SQLite that is all of them: the one writer holds the
-// database and looked the ids up first. On PostgreSQL the rows go in as
-// one INSERT ... SELECT FROM unnest(arrays) ... ON CONFLICT DO NOTHING
-// RETURNING id, and a result stored before (by this coordinator or another
-// one, also a moment ago) is answered as a duplicate or a conflict.
-func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingestReq, storedMS int64) ([]*ingestReq, error) {
+// row it wrote, and the ids of those whose row it did not. On SQLite that
+// is all of them: the one writer holds the database and looked the ids up
+// first. On PostgreSQL the rows go in as one INSERT ... SELECT FROM
+// unnest(arrays) ... ON CONFLICT DO NOTHING RETURNING id: a result stored
+// before (by this coordinator or another one, also a moment ago) is not
+// inserted, and its copies are answered as what is stored says.
+func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingestReq, storedMS int64) ([]*ingestReq, []any, error) {
 	if len(fresh) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if tx.Dialect() != sqldb.Postgres {
 		args := make([]any, 0, 9*len(fresh))
@@ -413,9 +443,9 @@ func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingest
 			args = append(args, resultRow(&req.r, storedMS)...)
 		}
 		if err := execRows(ctx, tx, `INSERT INTO results (`+resultColumns+`) VALUES `, ``, 9, args); err != nil {
-			return nil, fmt.Errorf("results: %w", err)
+			return nil, nil, fmt.Errorf("results: %w", err)
 		}
-		return fresh, nil
+		return fresh, nil, nil
 	}
 	// In id order: two writers (or coordinators) inserting the same ids
 	// take their locks in one order, and wait for each other rather than
@@ -431,22 +461,22 @@ func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingest
 		unnestOf(resultTypes)+
 		` ON CONFLICT (id) DO NOTHING RETURNING id`, columnArrays(resultTypes, args)...)
 	if err != nil {
-		return nil, fmt.Errorf("results: %w", err)
+		return nil, nil, fmt.Errorf("results: %w", err)
 	}
 	inserted := make(map[string]bool, len(fresh))
 	for q.Next() {
 		var id string
 		if err := q.Scan(&id); err != nil {
 			q.Close()
-			return nil, fmt.Errorf("results: %w", err)
+			return nil, nil, fmt.Errorf("results: %w", err)
 		}
 		inserted[id] = true
 	}
 	if err := q.Err(); err != nil {
-		return nil, fmt.Errorf("results: %w", err)
+		return nil, nil, fmt.Errorf("results: %w", err)
 	}
 	if len(inserted) == len(fresh) {
-		return fresh, nil
+		return fresh, nil, nil
 	}
 	var lost []any
 	out := fresh[:0:0]
@@ -457,23 +487,7 @@ func (s *Store) insertResults(ctx context.Context, tx *sqldb.Tx, fresh []*ingest
 			lost = append(lost, req.r.ID)
 		}
 	}
-	known, err := storedResults(ctx, tx, lost)
-	if err != nil {
-		return nil, err
-	}
-	for _, req := range fresh {
-		k, ok := known[req.r.ID]
-		switch {
-		case inserted[req.r.ID]:
-		case !ok:
-			return nil, fmt.Errorf("results: %s neither inserted nor stored", req.r.ID)
-		case k.node == req.r.Node:
-			req.ack = Ack{ResultID: req.r.ID, Duplicate: true, Stored: fromMS(k.stored)}
-		default:
-			req.err = fmt.Errorf("%w: %s is %s's, not %s's", ErrIDConflict, req.r.ID, k.node, req.r.Node)
-		}
-	}
-	return out, nil
+	return out, lost, nil
 }
 
 var resultTypes = []string{"text", "text", "text", "bigint", "bigint", "text", "bigint", "bigint", "text"}

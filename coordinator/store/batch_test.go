@@ -310,9 +310,9 @@ func testNodeJoinedReturnsWhatIsStored(t *testing.T, be backend) {
 	}
 }
 
-// Two coordinators on one PostgreSQL: a result another stored between
-// this one's look-up and its insert is answered as a duplicate (same
-// node) or a conflict, and nothing is stored twice.
+// Two coordinators on one PostgreSQL: a result another stored before
+// this one's insert is answered as a duplicate (same node) or a conflict,
+// also its copies within the batch, and nothing is stored twice.
 func TestInsertResultsLosesARaceCleanly(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -327,32 +327,38 @@ func TestInsertResultsLosesARaceCleanly(t *testing.T) {
 	if _, err := a.Ingest(ctx, fullResult("theirs", "n2", time.Now(), nil)); err != nil {
 		t.Fatal(err)
 	}
-	// b did its look-up before a's commits: all three look fresh to it.
-	reqs := []*ingestReq{
-		{r: fullResult("mine", "n1", time.Now(), nil), dupOf: -1},
-		{r: fullResult("theirs", "n1", time.Now(), nil), dupOf: -1},
-		{r: fullResult("new", "n1", time.Now(), nil), dupOf: -1},
+	req := func(id, node string) *ingestReq {
+		r := fullResult(id, node, time.Now(), nil)
+		return &ingestReq{r: r, prep: prepare(&r, &b.orders, nil), dupOf: -1}
 	}
-	var kept []*ingestReq
+	// b learns what a stored only from its insert.
+	reqs := []*ingestReq{req("mine", "n1"), req("theirs", "n1"), req("new", "n1"), req("theirs", "n2"), req("new", "n1"), req("mine", "n3")}
 	err := b.w.Tx(ctx, func(tx *sqldb.Tx) error {
-		var err error
-		kept, err = b.insertResults(ctx, tx, reqs, time.Now().UnixMilli())
+		_, err := b.writeBatch(ctx, tx, &invCache{}, reqs, time.Now().UnixMilli())
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(kept) != 1 || kept[0].r.ID != "new" {
-		t.Fatalf("kept %d requests, want only the new one", len(kept))
-	}
-	if !reqs[0].ack.Duplicate || reqs[0].err != nil {
-		t.Errorf("same node, same id: ack %+v err %v, want the original ack", reqs[0].ack, reqs[0].err)
-	}
-	if !errors.Is(reqs[1].err, ErrIDConflict) {
-		t.Errorf("another node's id: %v, want a conflict", reqs[1].err)
+	for i, want := range []string{"duplicate", "conflict", "stored", "duplicate", "copy of 2", "conflict"} {
+		r := reqs[i]
+		got := "stored"
+		switch {
+		case r.dupOf >= 0:
+			got = fmt.Sprintf("copy of %d", r.dupOf)
+		case errors.Is(r.err, ErrIDConflict):
+			got = "conflict"
+		case r.err != nil:
+			got = r.err.Error()
+		case r.ack.Duplicate:
+			got = "duplicate"
+		}
+		if got != want {
+			t.Errorf("request %d (%s from %s): %s, want %s", i, r.r.ID, r.r.Node, got, want)
+		}
 	}
 	c, err := b.Count(ctx)
-	if err != nil || c.Results != 3 {
-		t.Fatalf("results stored: %+v %v, want 3", c, err)
+	if err != nil || c.Results != 3 || c.CheckResults != 3*13 {
+		t.Fatalf("stored: %+v %v, want 3 results of 13 checks", c, err)
 	}
 }

@@ -108,6 +108,72 @@ func testChecksAfterReadsWhatIsAsked(t *testing.T, be backend) {
 	}
 }
 
+func TestChecksAfterPagesAcrossHoles(t *testing.T) { both(t, testChecksAfterPagesAcrossHoles) }
+
+// ChecksAfter reads windows of numbers: rows missing from the numbering
+// (pruned, never committed), also more of them than a page, neither end
+// a page early nor repeat a row, and every row kept is read once, in order.
+func testChecksAfterPagesAcrossHoles(t *testing.T, be backend) {
+	s := open(t, be.loc(t), nil)
+	defer s.Close()
+	ctx := context.Background()
+	at := time.Now().Truncate(time.Millisecond)
+	for i := range 12 { // 24 rows
+		if _, err := s.Ingest(ctx, eccResult(fmt.Sprintf("r%02d", i), "n1", at.Add(time.Duration(i)*time.Second), report.Pass)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.ChecksAfter(ctx, 0, 0, 100, ChecksRead{})
+	if err != nil || len(all) != 24 {
+		t.Fatalf("all: %d, %v", len(all), err)
+	}
+	// Holes: the first three rows, seven in the middle (wider than the
+	// pages below), one near the end.
+	var gone []int64
+	for _, i := range []int{0, 1, 2, 8, 9, 10, 11, 12, 13, 14, 21} {
+		gone = append(gone, all[i].Seq)
+	}
+	for _, seq := range gone {
+		if _, err := s.w.ExecContext(ctx, `DELETE FROM check_results WHERE id = ?`, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []int64
+	for _, r := range all {
+		if !slices.Contains(gone, r.Seq) {
+			want = append(want, r.Seq)
+		}
+	}
+	for _, page := range []int{1, 2, 5, 100} {
+		var got []int64
+		after := int64(0)
+		for range 100 {
+			rows, err := s.ChecksAfter(ctx, after, 0, page, ChecksRead{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) > page {
+				t.Fatalf("page %d: %d rows", page, len(rows))
+			}
+			for _, r := range rows {
+				got = append(got, r.Seq)
+				after = r.Seq
+			}
+			if len(rows) < page { // what a reader takes for "caught up"
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("page %d: read %v, want %v", page, got, want)
+		}
+	}
+	// Bounded above, inside the middle hole: what is below it.
+	got, err := s.ChecksAfter(ctx, 0, all[10].Seq, 100, ChecksRead{})
+	if err != nil || len(got) != 5 || got[4].Seq != all[7].Seq {
+		t.Errorf("up to a pruned row: %d rows, %v", len(got), err)
+	}
+}
+
 func TestFeedMetricsKeptAtIngest(t *testing.T) { both(t, testFeedMetricsKeptAtIngest) }
 
 // A store with Options.Feed keeps the feed's metrics apart at ingest; a
