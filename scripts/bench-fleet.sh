@@ -8,7 +8,9 @@
 # explains the figures. Not part of `make test`: it takes a few minutes and
 # wants the machine to itself.
 #
-# Knobs: AGENTS, BIG_AGENTS (0 skips the big run), SUSTAIN (10s), CHECK_RUNS (3),
+# Knobs: AGENTS, BIG_AGENTS (0 skips the big run), SUSTAIN (10s), WARMUP (10s
+# of the same load before SUSTAIN, shown apart: a fresh database writes its
+# first WAL files and touches its memory the first time then), CHECK_RUNS (3),
 # COORD_YAML (more lines for the coordinator's config, e.g. "batch: {writers: 8}"),
 # BUNDLE, FLEETCHECK (a fleetcheck binary to measure instead of building
 # this tree's, for before/after pairs), KEEP=1 keeps the work directory (logs, databases), PG_OPTS (more
@@ -24,6 +26,7 @@ GO=${GO:-go}
 AGENTS=${AGENTS:-1000}
 BIG_AGENTS=${BIG_AGENTS:-10000}
 SUSTAIN=${SUSTAIN:-10s}
+WARMUP=${WARMUP:-10s}
 CHECK_RUNS=${CHECK_RUNS:-3}
 BUNDLE=${BUNDLE:-examples/bundles/h100-healthy}
 STORE=${STORE:-sqlite}
@@ -162,6 +165,9 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 for st in "${stores[@]}"; do
 	echo "== $AGENTS agents, $st" >&2
+	# What the run before left unwritten (SQLite's file, the server's) is
+	# written now, not by the kernel during the next store's run.
+	sync
 	url=""
 	label="$(printf "%'d" "$AGENTS") agents"
 	if [[ $st == postgres ]]; then
@@ -174,7 +180,7 @@ for st in "${stores[@]}"; do
 	start_coordinator "small-$st" "$url"
 	[[ $st == postgres ]] && ticks0=$(pg_cpu_ticks)
 	"$lg" -coordinator "$coord_addr" -coordinator-pid "$coord_pid" -bundle "$BUNDLE" \
-		-agents "$AGENTS" -check-runs "$CHECK_RUNS" -sustain "$SUSTAIN" -cli "$work/fleetcheck" \
+		-agents "$AGENTS" -check-runs "$CHECK_RUNS" -warmup "$WARMUP" -sustain "$SUSTAIN" -cli "$work/fleetcheck" \
 		-target-check 2s -target-rate 20000 -target-kib-per-agent 100 \
 		-label "$label" >>"$rows" 2> >(tee "$work/small-$st/loadgen.log" >&2)
 	if [[ $st == postgres ]]; then

@@ -42,6 +42,7 @@ type options struct {
 	checkTimeout  time.Duration
 	cli           string
 	sustain       time.Duration
+	warmup        time.Duration
 	window        int
 	label         string
 	targetCheck   time.Duration
@@ -67,6 +68,7 @@ func main() {
 	flag.DurationVar(&o.checkTimeout, "check-timeout", 2*time.Minute, "the fleet-wide check's timeout")
 	flag.StringVar(&o.cli, "cli", "", "a fleetcheck binary: also time one `fleetcheck check` run through it")
 	flag.DurationVar(&o.sustain, "sustain", 0, "send results as fast as acks allow for this long (0: skip)")
+	flag.DurationVar(&o.warmup, "warmup", 0, "before the measured sustain, send as fast for this long, unmeasured but shown (a fresh database's first minutes: new WAL files, first touch of its memory)")
 	flag.IntVar(&o.window, "window", 2, "unacked results per agent while sustaining")
 	flag.StringVar(&o.label, "label", "", "the row label in the summary (default: N agents)")
 	flag.DurationVar(&o.targetCheck, "target-check", 0, "target for the fleet-wide check (0: none)")
@@ -320,6 +322,18 @@ func run(ctx context.Context, o options, out, errw io.Writer) (err error) {
 		tab.row("`fleetcheck check '' --checks <13 passive>` process start → exit", fmt.Sprintf("%.3f s", took.Seconds()), "", "")
 	}
 
+	if o.sustain > 0 && o.warmup > 0 {
+		before := read()
+		st, err := fleet.Sustain(ctx, o.warmup)
+		if err != nil {
+			return err
+		}
+		after := read()
+		rate := float64(st.CheckResults) / st.Elapsed.Seconds()
+		log.Info().Int64("check_results", st.CheckResults).Float64("check_results_per_s", rate).Msg("warm-up")
+		tab.row(fmt.Sprintf("warm-up before sustaining (%s, not the figure below)", o.warmup),
+			fmt.Sprintf("%.0f /s (%s)", rate, load(before, after)), "", "")
+	}
 	if o.sustain > 0 {
 		checksBefore := fleet.Counters().CheckResults
 		before := read()
