@@ -324,7 +324,11 @@ func openPostgres(ctx context.Context, opts Options, t sqldb.Target) (*Store, er
 		_ = w.Close() // the migration error is the one to report
 		return nil, fmt.Errorf("open store %s: %w", t, err)
 	}
-	r, err := sqldb.OpenTarget(ctx, t, sqldb.Options{MaxOpen: 16})
+	// Reads plan each statement with the tables as they are: a plan
+	// cached while a table was small (a fresh database, which no ANALYZE
+	// has seen for its first minute) stays in use as it grows, and one
+	// scanned results whole for each id of the feed's look-up.
+	r, err := sqldb.OpenTarget(ctx, t, sqldb.Options{MaxOpen: 16, Setup: []string{"SET plan_cache_mode = force_custom_plan"}})
 	if err != nil {
 		_ = w.Close() // the open error is the one to report
 		return nil, fmt.Errorf("open store: %w", err)

@@ -738,3 +738,18 @@ func TestOneStorePerDirectory(t *testing.T) {
 	s = open(t, dir, nil) // released by Close
 	s.Close()
 }
+
+// The PostgreSQL store's reads plan every statement afresh (a generic
+// plan cached while a table was small outlives its growth).
+func TestPostgresReadsPlanEachStatement(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.URL(t), nil)
+	defer s.Close()
+	var mode string
+	if err := s.r.QueryRowContext(context.Background(), `SELECT current_setting('plan_cache_mode')`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "force_custom_plan" {
+		t.Fatalf("reads' plan_cache_mode = %q, want force_custom_plan", mode)
+	}
+}
