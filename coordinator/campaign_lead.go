@@ -281,7 +281,7 @@ func (c *campaigns) startTerm(ctx context.Context) (*term, error) {
 		var errs []error
 		for _, id := range interrupted {
 			c.log.Info().Str("campaign", id).Msg("resuming sweep")
-			if _, err := e.sweep.Run(ctx, id); err != nil && !errors.Is(err, sweep.ErrAlreadyRunning) {
+			if err := c.runSweep(ctx, e, id); err != nil && !errors.Is(err, sweep.ErrAlreadyRunning) {
 				errs = append(errs, err)
 			}
 		}

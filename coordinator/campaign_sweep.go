@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/fleetcheck/fleetcheck/campaigns/sweep"
 	"github.com/fleetcheck/fleetcheck/coordinator/campaignpb"
@@ -42,8 +43,34 @@ func (c *campaigns) scheduledSweep(t *term, spec sweep.Spec) {
 	if err := c.s.Audit(ctx, "schedule:sweep", "sweep.start", rec.ID); err != nil {
 		c.log.Error().Err(err).Str("campaign", rec.ID).Msg("audit")
 	}
-	if _, err := t.e.sweep.Run(ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
+	if err := c.runSweep(ctx, t.e, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
 		c.log.Error().Err(err).Str("campaign", rec.ID).Msg("scheduled sweep")
+	}
+}
+
+// sweepRetry is the pause before a sweep stopped by an error runs again.
+var sweepRetry = 5 * time.Second
+
+// runSweep runs a stored sweep to its end in the leader's term. A run an
+// error stopped (a store call failing while the database restarts) runs
+// again after a pause, from what the store holds, while the sweep is
+// still running and the term lasts: a leader that stays leader would
+// otherwise leave it running for ever, which only a new leader resumes.
+func (c *campaigns) runSweep(ctx context.Context, e *engines, id string) error {
+	for {
+		_, err := e.sweep.Run(ctx, id)
+		if err == nil || ctx.Err() != nil || errors.Is(err, sweep.ErrAlreadyRunning) {
+			return err
+		}
+		c.log.Warn().Err(err).Str("campaign", id).Dur("retry_in", sweepRetry).Msg("sweep stopped by an error; it runs again from the store")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(sweepRetry):
+		}
+		if rec, serr := e.sweeps.Sweep(ctx, id); serr == nil && rec.State != sweep.StateRunning {
+			return err // it ended (failed with its reason, or stopped)
+		}
 	}
 }
 
@@ -69,7 +96,7 @@ func (c *campaigns) SweepStart(ctx context.Context, req *pb.SpecRequest) (*pb.Ca
 	}
 	c.auditStarted(ctx, "sweep.started", rec.ID)
 	t.do(func(ctx context.Context) {
-		if _, err := t.e.sweep.Run(ctx, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
+		if err := c.runSweep(ctx, t.e, rec.ID); err != nil && !errors.Is(err, context.Canceled) {
 			c.log.Error().Err(err).Str("campaign", rec.ID).Msg("sweep")
 		}
 	})
