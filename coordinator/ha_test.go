@@ -2,8 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -200,4 +202,88 @@ func TestHAConfig(t *testing.T) {
 			t.Errorf("%s: %v, want %q", name, err, tc.want)
 		}
 	}
+}
+
+// The database goes away under a running sweep (PostgreSQL restarting)
+// while the leader's lease outlasts the outage, so no new leader comes to
+// resume it: the leader itself runs the sweep again from the store once
+// the database is back, and it completes. Before, it stayed running until
+// some later leader picked it up (a chaos run in CI stalled on it).
+func TestHASweepOutlivesADatabaseOutageUnderOneLeader(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var log syncBuf
+	pf := &pausedFleet{release: make(chan struct{}), calls: make(chan struct{}, 64)}
+	// A lease of minutes: the outage ends long before a renewal is due.
+	a := haServer(t, url, 10*time.Minute, func(f *simfleet.Fleet) kit.Fleet { pf.Fleet = f; return pf }, &log)
+	defer stopServer(t, a)
+	defer pf.unpause()
+	testwait.For(t, 10*time.Second, "a to lead", func() (bool, string) { return leading(a), log.text() })
+	ca := pb.NewCampaignServiceClient(dial(t, a))
+	st, err := ca.SweepStart(ctx, &pb.SpecRequest{Spec: []byte("selector: ''\nnote: outage\n")})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	id := st.GetId()
+	select { // the sweep is inside a fleet run
+	case <-pf.calls:
+	case <-ctx.Done():
+		t.Fatal("the sweep never reached the fleet")
+	}
+
+	// The database refuses new connections and drops the coordinator's.
+	srv := pgtest.Shared(t)
+	admin, err := sql.Open("pgx", srv.URLFor("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close() //nolint:errcheck // the test's admin connection
+	name := dbName(t, url)
+	outage := func(on bool) {
+		t.Helper()
+		if _, err := admin.ExecContext(ctx, fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS %t`, name, !on)); err != nil {
+			t.Fatal(err)
+		}
+		if on {
+			if _, err := admin.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	outage(true)
+	pf.unpause() // the run comes back; storing it fails
+	testwait.For(t, 30*time.Second, "the sweep's run to stop on the store's error", func() (bool, string) {
+		return strings.Contains(log.text(), "sweep stopped by an error"), log.text()
+	})
+	outage(false)
+	if !leading(a) {
+		t.Fatal("a stopped leading during the outage; this test is about a leader that stays")
+	}
+
+	var rep sweep.Report
+	testwait.For(t, 45*time.Second, "the sweep to finish after the outage", func() (bool, string) {
+		doc, err := ca.SweepReport(ctx, &pb.CampaignRef{Id: id})
+		if err != nil {
+			return false, err.Error()
+		}
+		rep = decode[sweep.Report](t, doc.GetBody())
+		return rep.State != sweep.StateRunning, fmt.Sprintf("%s %+v", rep.State, rep.Progress)
+	})
+	if rep.State != sweep.StateDone {
+		t.Fatalf("sweep %s: %s", rep.State, rep.Error)
+	}
+	if strings.Contains(log.text(), "resuming sweep") {
+		t.Errorf("a new term resumed the sweep; it should have been the same term's retry:\n%s", log.text())
+	}
+}
+
+// dbName is the database a pgtest URL names.
+func dbName(t *testing.T, u string) string {
+	t.Helper()
+	p, err := neturl.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(p.Path, "/")
 }
